@@ -1,0 +1,231 @@
+"""The one configuration model, validated at start-up.
+
+A YAML file (``ingest run --config conf/pipeline.yaml``), then ``--set a.b=c`` overrides,
+then ``${VAR}`` / ``${VAR:-default}`` references resolved from the environment (secrets
+never have to live in the file). Unknown keys and bad values fail before anything starts,
+with the dotted key and the allowed values in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from pipeline.errors import ConfigError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class FieldConfig(_Model):
+    name: str = Field(min_length=1)
+    type: str
+    required: bool = False
+    doc: str | None = None
+
+
+class SourceConfig(_Model):
+    bootstrap_servers: str = Field(min_length=1)
+    topics: list[str] | None = None
+    assign: dict[str, list[int]] | None = None
+    topic_pattern: str | None = None
+    # "table": resume from the table's committed offsets when it has any (DESIGN inv. 6)
+    starting_offsets: Literal["table", "earliest", "latest"] | dict[str, dict[str, int]] = "table"
+    starting_offsets_fallback: Literal["earliest", "latest"] = "earliest"
+    starting_timestamp: int | None = Field(default=None, ge=0)
+    max_records_per_trigger: int | None = Field(default=None, ge=1)
+    min_partitions: int | None = Field(default=None, ge=1)
+    fail_on_data_loss: bool = True
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    include_headers: bool = False
+    kafka: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> SourceConfig:
+        chosen = [n for n in ("topics", "assign", "topic_pattern") if getattr(self, n)]
+        if len(chosen) != 1:
+            raise ValueError(
+                "exactly one of source.topics, source.assign, source.topicPattern must be set"
+                f" (got {', '.join(chosen) or 'none'})"
+            )
+        return self
+
+
+class DecodeConfig(_Model):
+    format: Literal["json", "raw"] = "json"
+    schema_: list[FieldConfig] = Field(default_factory=list, alias="schema")
+    max_record_bytes: int = Field(default=1_048_576, ge=1)
+
+    @model_validator(mode="after")
+    def _schema_for_json(self) -> DecodeConfig:
+        if self.format == "json" and not self.schema_:
+            raise ValueError("decode.schema must list the fields when decode.format is json")
+        names = [f.name for f in self.schema_]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"decode.schema has duplicate field(s): {', '.join(dup)}")
+        return self
+
+
+class CatalogConfig(_Model):
+    name: str = "lake"
+    type: Literal["sql", "rest"] = "sql"
+    uri: str | None = None  # default: SQLite file under the warehouse directory
+    warehouse: str = "./lake/warehouse"
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        props["type"] = self.type
+        warehouse = self.warehouse
+        if "://" not in warehouse:
+            path = Path(warehouse).expanduser().resolve()
+            path.mkdir(parents=True, exist_ok=True)
+            warehouse = path.as_uri()
+        props["warehouse"] = warehouse
+        if self.uri:
+            props["uri"] = self.uri
+        elif self.type == "sql":
+            if not warehouse.startswith("file://"):
+                raise ConfigError(
+                    "sink.catalog.uri is required when the warehouse is not a local path"
+                )
+            props["uri"] = f"sqlite:///{warehouse[len('file://'):]}/catalog.db"
+        else:
+            raise ConfigError("sink.catalog.uri is required for a REST catalog")
+        return props
+
+
+class SinkConfig(_Model):
+    format: Literal["iceberg"] = "iceberg"
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    partition_by: list[str] = Field(default_factory=list)
+    dead_letter_table: str | None = None
+    table_properties: dict[str, str] = Field(default_factory=dict)
+    target_file_size_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+
+    @property
+    def dead_letter_identifier(self) -> str:
+        return self.dead_letter_table or f"{self.table}_dead_letter"
+
+
+class TriggerConfig(_Model):
+    mode: Literal["processing-time", "available-now", "once"] = "processing-time"
+    interval: str = "10 seconds"
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min)", v.strip()):
+            raise ValueError("trigger.interval must look like '10 seconds', '500 ms' or '1 minute'")
+        return v.strip()
+
+
+class SparkConfig(_Model):
+    master: str | None = None  # None: whatever spark-submit set, else local[*]
+    app_name: str = "kafka-lakehouse-ingest"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PipelineConfig(_Model):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    source: SourceConfig
+    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+    sink: SinkConfig
+    checkpoint_location: str
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+
+# -- loading ---------------------------------------------------------------------------
+
+_ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+def _resolve_env(value: Any, env: Mapping[str, str], path: str) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group("name")
+            if name in env:
+                return env[name]
+            if m.group("default") is not None:
+                return m.group("default")
+            raise ConfigError(f"{path or '<root>'}: environment variable {name} is not set")
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _resolve_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``a.b.c=value``: the value is parsed as YAML (numbers, booleans, lists, maps)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, raw = item.split("=", 1)
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise ConfigError(f"--set {item!r}: empty key")
+        node = data
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {key}: {p} is not a mapping")
+            node = nxt
+        try:
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            node[parts[-1]] = raw
+    return data
+
+
+def _format_error(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return "invalid config: " + "; ".join(lines)
+
+
+def parse_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> PipelineConfig:
+    resolved = _resolve_env(dict(data), os.environ if env is None else env, "")
+    try:
+        return PipelineConfig.model_validate(resolved)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e)) from None
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> PipelineConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        data = loaded
+    return parse_config(apply_overrides(data, overrides), env)

@@ -1,0 +1,75 @@
+"""Errors the pipeline raises on purpose.
+
+Every error here carries a message meant for an operator: it names the bad key, the
+partition, the offsets. The CLI prints ``PipelineError`` subclasses as one line and exits
+non-zero; anything else is a bug and keeps its stack trace.
+
+Errors raised inside Spark tasks or the Python streaming source's planner reach the driver
+wrapped in Spark exceptions; :func:`find_pipeline_error` recovers them by the
+``[ingest:<code>]`` tag every message starts with.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TAG = re.compile(r"\[ingest:(?P<code>[a-z-]+)\] (?P<msg>[^\n]*)")
+
+
+class PipelineError(Exception):
+    """Base class: an error an operator can act on, printed as one line."""
+
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"[ingest:{self.code}] {message}")
+        self.message = message
+
+
+class ConfigError(PipelineError):
+    code = "config"
+
+
+class BrokerUnavailableError(PipelineError):
+    code = "broker-unavailable"
+
+
+class DataLossError(PipelineError):
+    """Offsets we must read are gone from Kafka (retention) and failOnDataLoss is true."""
+
+    code = "data-loss"
+
+
+class PartitionStateError(PipelineError):
+    """A partition vanished, or its end moved below our next offset (topic recreated)."""
+
+    code = "partition-state"
+
+
+class CommitError(PipelineError):
+    code = "commit"
+
+
+class EnvironmentProblem(PipelineError):
+    """The runtime is missing something (Java, a jar)."""
+
+    code = "environment"
+
+
+def find_pipeline_error(exc: BaseException) -> str | None:
+    """The first tagged pipeline message inside ``exc`` (also when Spark wrapped it)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    texts: list[str] = []
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        texts.append(str(cur))
+        desc = getattr(cur, "desc", None)  # pyspark StreamingQueryException
+        if isinstance(desc, str):
+            texts.append(desc)
+        cur = cur.__cause__ or cur.__context__
+    for text in texts:
+        m = _TAG.search(text)
+        if m:
+            return f"[ingest:{m.group('code')}] {m.group('msg').strip()}"
+    return None

@@ -1,0 +1,210 @@
+"""confluent-kafka adapter: consumer settings and broker metadata for planning.
+
+Nothing here joins a consumer group or commits offsets (DESIGN invariant 1): the
+consumer is configured with auto-commit and offset storing off and only ever ``assign()``s.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+)
+from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from pipeline.errors import BrokerUnavailableError, ConfigError, PartitionStateError
+from pipeline.source.offsets import BrokerOffsets, TopicPartition
+
+# Settings the reader relies on; users cannot override them through kafka.* options.
+_FORCED = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "auto.offset.reset": "error",  # we detect out-of-range ourselves (failOnDataLoss)
+    "enable.partition.eof": "false",
+}
+# Defaults measured on these machines (TOOLING.md): librdkafka's default fetch back-off
+# pauses fetching once 100k messages are queued and caps throughput at a tenth.
+_DEFAULTS = {
+    "fetch.queue.backoff.ms": "10",
+    "fetch.wait.max.ms": "10",
+    "queued.max.messages.kbytes": "262144",
+    "socket.keepalive.enable": "true",
+}
+_FORBIDDEN = {"group.instance.id", "enable.auto.commit", "auto.offset.reset"}
+
+
+def consumer_config(
+    bootstrap_servers: str,
+    kafka_options: Mapping[str, str] | None = None,
+    *,
+    isolation_level: str = "read_committed",
+    client_id: str = "ingest",
+) -> dict[str, Any]:
+    """librdkafka settings for an assign-only consumer.
+
+    ``group.id`` is set to a random, never-used value because the client requires one for
+    ``Consumer``; no group request is ever made because we never subscribe or commit.
+    """
+    extra = dict(kafka_options or {})
+    bad = sorted(k for k in extra if k in _FORBIDDEN)
+    if bad:
+        raise ConfigError(
+            f"kafka option(s) {', '.join(bad)} cannot be set: offsets are managed by the "
+            "pipeline checkpoint, never by Kafka consumer groups"
+        )
+    if isolation_level not in ("read_committed", "read_uncommitted"):
+        raise ConfigError(
+            f"isolationLevel={isolation_level!r}; allowed: read_committed, read_uncommitted"
+        )
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "client.id": client_id,
+        "group.id": f"ingest-assign-only-{uuid.uuid4().hex}",
+        "isolation.level": isolation_level,
+        **_DEFAULTS,
+        **extra,
+        **_FORCED,
+    }
+    return conf
+
+
+def admin_config(consumer_conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection part of a consumer config (security settings included)."""
+    skip = set(_FORCED) | set(_DEFAULTS) | {"group.id", "isolation.level"}
+    skip |= {"fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes"}
+    skip |= {"queued.min.messages", "session.timeout.ms", "max.poll.interval.ms"}
+    return {k: v for k, v in consumer_conf.items() if k not in skip}
+
+
+class KafkaMetadata:
+    """Partition discovery and offsets, batched per request (used by the planner)."""
+
+    def __init__(self, consumer_conf: Mapping[str, Any], timeout_s: float = 30.0) -> None:
+        self._conf = dict(consumer_conf)
+        self._timeout = timeout_s
+        self._admin = AdminClient(admin_config(self._conf))
+        self._isolation = (
+            IsolationLevel.READ_COMMITTED
+            if self._conf.get("isolation.level") == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self._conf["bootstrap.servers"])
+
+    def check_reachable(self) -> None:
+        try:
+            self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot reach Kafka at {self.bootstrap_servers} within {self._timeout:.0f}s "
+                f"({_kerr(e)})"
+            ) from None
+
+    def topic_partitions(self, topics: Iterable[str]) -> dict[str, int]:
+        """Number of partitions per topic; a missing topic is an error that names it."""
+        names = list(topics)
+        try:
+            md = self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot list topics on {self.bootstrap_servers}: {_kerr(e)}"
+            ) from None
+        out = {}
+        for name in names:
+            t = md.topics.get(name)
+            if t is None or t.error is not None or not t.partitions:
+                raise PartitionStateError(
+                    f"topic {name!r} does not exist on {self.bootstrap_servers} "
+                    f"(or has no partitions)"
+                )
+            out[name] = len(t.partitions)
+        return out
+
+    def topics_matching(self, pattern: str) -> list[str]:
+        rx = re.compile(pattern)
+        try:
+            md = self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot list topics on {self.bootstrap_servers}: {_kerr(e)}"
+            ) from None
+        return sorted(
+            t
+            for t, m in md.topics.items()
+            if rx.fullmatch(t) and not t.startswith("__") and m.error is None
+        )
+
+    def partitions_of(self, topics: Iterable[str]) -> list[TopicPartition]:
+        return [
+            TopicPartition(t, p)
+            for t, n in sorted(self.topic_partitions(topics).items())
+            for p in range(n)
+        ]
+
+    def offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, BrokerOffsets]:
+        """Log start and end per partition (end = last stable offset for read_committed)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        low = self._list_offsets(tps, OffsetSpec.earliest())
+        high = self._list_offsets(tps, OffsetSpec.latest())
+        return {tp: BrokerOffsets(low[tp], high[tp]) for tp in tps}
+
+    def offsets_for_timestamp(
+        self, tps: Iterable[TopicPartition], timestamp_ms: int
+    ) -> dict[TopicPartition, int]:
+        """First offset with a timestamp >= ``timestamp_ms`` (the end if none)."""
+        tps = list(tps)
+        found = self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp_ms))
+        ends = self._list_offsets(tps, OffsetSpec.latest())
+        return {tp: (found[tp] if found[tp] >= 0 else ends[tp]) for tp in tps}
+
+    def _list_offsets(
+        self, tps: list[TopicPartition], spec: OffsetSpec
+    ) -> dict[TopicPartition, int]:
+        request = {KTopicPartition(tp.topic, tp.partition): spec for tp in tps}
+        try:
+            futures = self._admin.list_offsets(
+                request, isolation_level=self._isolation, request_timeout=self._timeout
+            )
+            out = {}
+            for ktp, fut in futures.items():
+                info = fut.result(timeout=self._timeout)
+                out[TopicPartition(ktp.topic, ktp.partition)] = int(info.offset)
+            return out
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError._UNKNOWN_PARTITION,
+                KafkaError._UNKNOWN_TOPIC,
+            ):
+                raise PartitionStateError(f"listing offsets failed: {_kerr(e)}") from None
+            raise BrokerUnavailableError(
+                f"cannot list offsets on {self.bootstrap_servers}: {_kerr(e)}"
+            ) from None
+
+    def describe_topics(self, topics: list[str]) -> None:  # pragma: no cover - diagnostics
+        self._admin.describe_topics(TopicCollection(topics))
+
+
+def new_consumer(conf: Mapping[str, Any]) -> Consumer:
+    return Consumer(dict(conf))
+
+
+def _kerr(e: KafkaException) -> str:
+    err = e.args[0] if e.args else None
+    if isinstance(err, KafkaError):
+        return f"{err.name()}: {err.str()}"
+    return str(e)

@@ -1,0 +1,179 @@
+"""``ingest_kafka``: a PySpark Python streaming data source over explicitly assigned ranges.
+
+Spark calls the planning methods (``initialOffset``, ``latestOffset``, ``partitions``) in
+one long-lived Python worker and ``read`` in task workers. Offsets travel through Spark's
+offset log as ``{"topic": {"partition": next_offset}}``; Kafka consumer groups are never
+used (DESIGN invariant 1).
+
+Planning rules
+  * ``latestOffset`` reconciles the start with the broker (new partitions appear in the
+    end offsets at their log start and are read from the next batch on, so every batch's
+    ranges are fixed by two logged offset maps and a replay reads the same records);
+    vanished / recreated partitions and retention loss raise tagged pipeline errors.
+  * Admission control: ``maxRecordsPerTrigger`` through Spark's ``ReadMaxRows`` limit,
+    ignored when Spark passes ``ReadAllAvailable`` (Trigger.AvailableNow, ``once``).
+  * ``Trigger.AvailableNow``: the target is fixed when Spark calls
+    ``prepareForTriggerAvailableNow``; nothing beyond it is planned.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pipeline.source.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    TopicPartition,
+    batch_ranges,
+    plan_end,
+    reconcile,
+    split_ranges,
+)
+from pipeline.source.options import SourceOptions
+from pipeline.source.reader import SPARK_DDL, SPARK_DDL_HEADERS, read_ranges
+
+SOURCE_NAME = "ingest_kafka"
+
+
+class RangePartition(InputPartition):
+    """One Spark task: the exact offset ranges it reads (pickled to the task)."""
+
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges: tuple[OffsetRange, ...] = tuple(ranges)
+
+
+class KafkaDataSource(DataSource):
+    """Register with ``spark.dataSource.register(KafkaDataSource)``; read with
+    ``spark.readStream.format("ingest_kafka").options(...)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        opts = SourceOptions.parse(dict(self.options))
+        return SPARK_DDL_HEADERS if opts.include_headers else SPARK_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(SourceOptions.parse(dict(self.options)))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._metadata: Any = None
+        self._target: PartitionOffsets | None = None  # Trigger.AvailableNow cap
+
+    # -- planning (long-lived planner worker) ---------------------------------------
+    @property
+    def metadata(self) -> Any:
+        if self._metadata is None:
+            from pipeline.kafka.client import KafkaMetadata
+
+            self._metadata = KafkaMetadata(self.options.consumer_conf())
+        return self._metadata
+
+    def _current_partitions(self) -> list[TopicPartition]:
+        o = self.options
+        if o.assign is not None:
+            return sorted(TopicPartition(t, p) for t, ps in o.assign.items() for p in ps)
+        topics = o.topics or self.metadata.topics_matching(o.topic_pattern or "")
+        return list(self.metadata.partitions_of(topics)) if topics else []
+
+    def initialOffset(self) -> dict:
+        o = self.options
+        tps = self._current_partitions()
+        broker = self.metadata.offsets(tps)
+        if o.starting_timestamp_ms is not None:
+            start = self.metadata.offsets_for_timestamp(tps, o.starting_timestamp_ms)
+        else:
+            start = {}
+            explicit = o.starting_offsets_json or {}
+            for tp in tps:
+                spec = explicit.get(tp, -2 if o.starting_offsets == "earliest" else -1)
+                if o.starting_offsets_json is not None and tp not in explicit:
+                    spec = o.default_for_unlisted
+                if spec == -2:
+                    start[tp] = broker[tp].low
+                elif spec == -1:
+                    start[tp] = broker[tp].high
+                else:
+                    start[tp] = spec
+        return PartitionOffsets(start).to_dict()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = PartitionOffsets.from_dict(start)
+        tps = set(self._current_partitions()) | set(begin)
+        broker = self.metadata.offsets(sorted(tps & set(self._current_partitions())))
+        rec = reconcile(begin, broker, fail_on_data_loss=self.options.fail_on_data_loss)
+        latest = {tp: b.high for tp, b in broker.items()}
+        if self._target is not None:
+            latest = {tp: min(h, self._target.get(tp, rec.start[tp])) for tp, h in latest.items()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        # New partitions only enter the offset map this batch; their data is read from the
+        # next one, so each batch's ranges are fully determined by logged offsets.
+        known = PartitionOffsets({tp: off for tp, off in rec.start.items() if tp in begin})
+        end = plan_end(known, latest, max_rows)
+        new = {tp: rec.start[tp] for tp in rec.new_partitions}
+        return end.updated(new).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        try:
+            tps = self._current_partitions()
+            return PartitionOffsets(
+                {tp: b.high for tp, b in self.metadata.offsets(tps).items()}
+            ).to_dict()
+        except Exception:
+            return None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        tps = self._current_partitions()
+        self._target = PartitionOffsets({tp: b.high for tp, b in self.metadata.offsets(tps).items()})
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        ranges = batch_ranges(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
+        pieces = split_ranges(ranges, self.options.min_partitions)
+        return [RangePartition([r]) for r in pieces]
+
+    def commit(self, end: dict) -> None:
+        # Deliberately nothing: Kafka is never told what we consumed (DESIGN invariant 1).
+        return None
+
+    # -- reading (task workers) -----------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        yield from read_ranges(
+            self.options.consumer_conf(),
+            partition.ranges,
+            include_headers=self.options.include_headers,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+        )
+
+
+def source_options_for(**kwargs: Any) -> dict[str, str]:
+    """Spark option strings from Python values (dicts become JSON)."""
+    out = {}
+    for k, v in kwargs.items():
+        if v is None:
+            continue
+        out[k] = json.dumps(v) if isinstance(v, dict | list) else str(v).lower() if isinstance(
+            v, bool
+        ) else str(v)
+    return out

@@ -1,0 +1,257 @@
+"""Offset planning for the Kafka source: pure functions, no Kafka, no Spark.
+
+Operators
+  * ``PartitionOffsets``  -- ``{(topic, partition): next_offset}``; the checkpoint value.
+  * ``reconcile``         -- compares a start position with what the broker now reports
+                             (new, vanished, shrunk and retention-truncated partitions).
+  * ``plan_end``          -- admission control: the end offsets of the next batch.
+  * ``split_ranges``      -- cuts per-partition ranges into contiguous sub-ranges (tasks).
+
+Invariants
+  * Ranges are half-open ``[start, end)`` and never overlap; the sub-ranges of one
+    partition tile its batch range exactly (no offset read twice, none skipped).
+  * ``plan_end`` never returns an offset below ``start`` nor above the broker's end, and
+    returns ``start`` itself when there is nothing to read (Spark's "no new data").
+  * Planning is deterministic: the same inputs give the same ranges, so a replayed batch
+    reads exactly the same records (DESIGN invariant 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from pipeline.errors import DataLossError, PartitionStateError
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Records ``[start, end)`` of one partition: the unit a task reads."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.end < self.start:
+            raise ValueError(f"bad offset range {self}")
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class PartitionOffsets(Mapping[TopicPartition, int]):
+    """Immutable ``(topic, partition) -> next offset`` map, serialised as Spark offsets.
+
+    The JSON form ``{"topic": {"0": 42}}`` is what Spark stores in the offset log.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[TopicPartition, int] | None = None) -> None:
+        self._data: dict[TopicPartition, int] = dict(sorted((data or {}).items()))
+
+    def __getitem__(self, key: TopicPartition) -> int:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[TopicPartition]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"PartitionOffsets({self.to_json()})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PartitionOffsets):
+            return self._data == other._data
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._data.items()))
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (topic, partition), offset in self._data.items():
+            out.setdefault(topic, {})[str(partition)] = offset
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
+        out: dict[TopicPartition, int] = {}
+        for topic, parts in data.items():
+            if not isinstance(parts, Mapping):
+                raise ValueError(f"offsets for topic {topic!r} must be an object")
+            for partition, offset in parts.items():
+                out[TopicPartition(topic, int(partition))] = int(offset)
+        return cls(out)
+
+    @classmethod
+    def from_json(cls, text: str) -> PartitionOffsets:
+        return cls.from_dict(json.loads(text))
+
+    def updated(self, other: Mapping[TopicPartition, int]) -> PartitionOffsets:
+        merged = dict(self._data)
+        merged.update(other)
+        return PartitionOffsets(merged)
+
+
+@dataclass(frozen=True)
+class BrokerOffsets:
+    """What the broker reports for one partition: log start and end (high watermark)."""
+
+    low: int
+    high: int
+
+
+@dataclass
+class Reconciled:
+    """A start position made consistent with the broker's current partitions."""
+
+    start: PartitionOffsets
+    new_partitions: list[TopicPartition] = field(default_factory=list)
+    # partition -> (wanted offset, first offset still available), failOnDataLoss=false only
+    data_loss: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+
+
+def reconcile(
+    start: PartitionOffsets,
+    broker: Mapping[TopicPartition, BrokerOffsets],
+    *,
+    fail_on_data_loss: bool,
+) -> Reconciled:
+    """Check ``start`` against the broker; add new partitions at their earliest offset.
+
+    Raises ``PartitionStateError`` when a partition we were reading is gone or its end is
+    below our next offset (the topic was deleted and recreated): continuing would either
+    stall forever or silently skip the new topic's records. Raises ``DataLossError`` when
+    offsets we still need were deleted by retention and ``fail_on_data_loss`` is set.
+    """
+    out: dict[TopicPartition, int] = {}
+    result = Reconciled(start=start)
+    for tp, offset in start.items():
+        b = broker.get(tp)
+        if b is None:
+            raise PartitionStateError(
+                f"partition {tp} was at offset {offset} but no longer exists on the broker "
+                "(topic deleted or partitions reduced); refusing to continue"
+            )
+        if b.high < offset:
+            raise PartitionStateError(
+                f"partition {tp}: committed next offset {offset} is beyond the partition's end "
+                f"offset {b.high} (topic deleted and recreated?); refusing to continue. "
+                "Reset this partition explicitly with startingOffsets to resume"
+            )
+        if offset < b.low:
+            if fail_on_data_loss:
+                raise DataLossError(
+                    f"partition {tp}: next offset {offset} is below the log start offset "
+                    f"{b.low}; records [{offset}, {b.low}) were deleted by retention before "
+                    "they were ingested (set failOnDataLoss=false to skip them)"
+                )
+            result.data_loss[tp] = (offset, b.low)
+            offset = b.low
+        out[tp] = offset
+    for tp in sorted(set(broker) - set(start)):
+        out[tp] = broker[tp].low
+        result.new_partitions.append(tp)
+    result.start = PartitionOffsets(out)
+    return result
+
+
+def plan_end(
+    start: PartitionOffsets,
+    latest: Mapping[TopicPartition, int],
+    max_records: int | None,
+) -> PartitionOffsets:
+    """End offsets of the next batch: everything available, or at most ``max_records``.
+
+    The budget is spread fairly: every partition with data gets an equal share, and what a
+    small partition does not use goes to the others (water-filling), so one hot partition
+    cannot starve the rest and the batch is never smaller than the budget allows.
+    """
+    available = {tp: max(0, latest.get(tp, off) - off) for tp, off in start.items()}
+    if max_records is None:
+        take = available
+    else:
+        if max_records <= 0:
+            raise ValueError("max_records must be positive")
+        take = _water_fill(available, max_records)
+    return PartitionOffsets({tp: off + take[tp] for tp, off in start.items()})
+
+
+def _water_fill(available: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+    take = dict.fromkeys(available, 0)
+    hungry = sorted((tp for tp, n in available.items() if n > 0), key=lambda t: available[t])
+    while hungry and budget > 0:
+        share, extra = divmod(budget, len(hungry))
+        if share == 0:
+            # fewer records left than partitions: give one each, in a stable order
+            for tp in sorted(hungry)[:extra]:
+                take[tp] += 1
+            budget = 0
+            break
+        still: list[TopicPartition] = []
+        for tp in hungry:
+            room = available[tp] - take[tp]
+            give = min(room, share)
+            take[tp] += give
+            budget -= give
+            if available[tp] - take[tp] > 0:
+                still.append(tp)
+        hungry = still
+    return take
+
+
+def batch_ranges(start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
+    """Non-empty per-partition ranges between two checkpoints (partitions new in ``end``
+    start at 0 only if ``start`` lacks them, which reconcile prevents)."""
+    out = []
+    for tp, e in end.items():
+        s = start.get(tp, e)
+        if e > s:
+            out.append(OffsetRange(tp.topic, tp.partition, s, e))
+    return out
+
+
+def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Cut ranges into at least ``min_partitions`` contiguous pieces where possible.
+
+    Like Spark's Kafka source: large ranges are cut in proportion to their size, each
+    piece is exact and contiguous, and a partition never yields more pieces than records.
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    out: list[OffsetRange] = []
+    for r in ranges:
+        pieces = max(1, min(r.size, round(min_partitions * r.size / total)))
+        step, rem = divmod(r.size, pieces)
+        pos = r.start
+        for i in range(pieces):
+            n = step + (1 if i < rem else 0)
+            out.append(OffsetRange(r.topic, r.partition, pos, pos + n))
+            pos += n
+        assert pos == r.end
+    return out

@@ -1,0 +1,174 @@
+"""Worker side of a batch: ``mapInArrow`` stages data files and reports what they cover.
+
+Each task splits its decoded rows into table rows and dead-letter rows, writes them as
+data files of the two tables (format adapter's writer, invisible until the coordinator
+commits), and emits one result row per staged file plus one per (topic, partition) with
+the offsets it saw. Memory stays bounded: rows are flushed to a file every
+``flush_bytes`` of Arrow data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.commit.coordinator import PartitionStats, StagedBatch
+from pipeline.decode import ERROR_COL
+
+RESULT_DDL = (
+    "kind STRING, payload BINARY, topic STRING, partition INT, "
+    "min_offset BIGINT, max_offset BIGINT, records BIGINT"
+)
+RESULT_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("payload", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("records", pa.int64()),
+    ]
+)
+
+# (context, batches, unique file-name seed) -> serialized data files
+FileWriter = Callable[[Any, Iterable[pa.RecordBatch], int], list[bytes]]
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """Everything a task needs; pickled into the mapInArrow closure."""
+
+    write_files: FileWriter
+    main_ctx: Any
+    main_columns: tuple[str, ...]
+    dead_letter_ctx: Any | None
+    dead_letter_columns: tuple[str, ...]
+    flush_bytes: int = 128 * 1024 * 1024
+
+
+class _Buffer:
+    def __init__(self, plan: TaskPlan, ctx: Any, kind: str, seed: int) -> None:
+        self.plan, self.ctx, self.kind, self.seed = plan, ctx, kind, seed
+        self.batches: list[pa.RecordBatch] = []
+        self.nbytes = 0
+        self.flushes = 0
+        self.out: list[bytes] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self.batches.append(batch)
+        self.nbytes += batch.nbytes
+        if self.nbytes >= self.plan.flush_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.batches:
+            return
+        # 1,000 flushes per task attempt keep file-name seeds unique across retries.
+        self.out += self.plan.write_files(self.ctx, self.batches, self.seed * 1000 + self.flushes)
+        self.flushes += 1
+        self.batches, self.nbytes = [], 0
+
+
+def _stats(batch: pa.RecordBatch, acc: dict[tuple[str, int], list[int]]) -> None:
+    table = pa.Table.from_batches([batch.select(["_kafka_topic", "_kafka_partition", "_kafka_offset"])])
+    grouped = table.group_by(["_kafka_topic", "_kafka_partition"]).aggregate(
+        [("_kafka_offset", "min"), ("_kafka_offset", "max"), ("_kafka_offset", "count")]
+    )
+    for row in grouped.to_pylist():
+        key = (row["_kafka_topic"], row["_kafka_partition"])
+        lo, hi, n = row["_kafka_offset_min"], row["_kafka_offset_max"], row["_kafka_offset_count"]
+        cur = acc.get(key)
+        acc[key] = [lo, hi, n] if cur is None else [min(cur[0], lo), max(cur[1], hi), cur[2] + n]
+
+
+def run_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int) -> Iterator[pa.RecordBatch]:
+    main = _Buffer(plan, plan.main_ctx, "data", seed)
+    dead = _Buffer(plan, plan.dead_letter_ctx, "dead_letter", seed) if plan.dead_letter_ctx else None
+    acc: dict[tuple[str, int], list[int]] = {}
+    dead_rows = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        _stats(batch, acc)
+        bad = pc.is_valid(batch.column(ERROR_COL))
+        n_bad = pc.sum(bad).as_py() or 0
+        good_batch = batch if n_bad == 0 else batch.filter(pc.invert(bad))
+        main.add(good_batch.select(list(plan.main_columns)))
+        if n_bad:
+            dead_rows += n_bad
+            if dead is None:
+                raise RuntimeError("undecodable records but no dead-letter table configured")
+            dead.add(_dead_letter_rows(batch.filter(bad), plan.dead_letter_columns))
+    main.flush()
+    if dead is not None:
+        dead.flush()
+    rows: list[dict[str, Any]] = [{"kind": "data", "payload": p} for p in main.out]
+    if dead is not None:
+        rows += [{"kind": "dead_letter", "payload": p} for p in dead.out]
+    rows += [
+        {"kind": "stats", "topic": t, "partition": p, "min_offset": v[0], "max_offset": v[1], "records": v[2]}
+        for (t, p), v in sorted(acc.items())
+    ]
+    rows.append({"kind": "dead_letter_count", "records": dead_rows})
+    yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
+
+
+def _dead_letter_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.RecordBatch:
+    source = {
+        "key": "_raw_key",
+        "value": "_raw_value",
+        "headers": "_raw_headers",
+        "error": ERROR_COL,
+    }
+    arrays, names = [], []
+    for name in columns:
+        arrays.append(batch.column(source.get(name, name)))
+        names.append(name)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def make_task_function(plan: TaskPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        # taskAttemptId is unique per attempt in the application: retried tasks never
+        # overwrite (or get confused with) a failed attempt's files.
+        seed = ctx.taskAttemptId() if ctx is not None else 0
+        yield from run_task(plan, batches, seed)
+
+    return task
+
+
+def collect_staged(rows: Iterable[Any]) -> StagedBatch:
+    staged = StagedBatch()
+    for r in rows:
+        kind = r["kind"]
+        if kind == "data":
+            staged.data_files.append(bytes(r["payload"]))
+        elif kind == "dead_letter":
+            staged.dead_letter_files.append(bytes(r["payload"]))
+        elif kind == "stats":
+            staged.stats.append(
+                PartitionStats(r["topic"], r["partition"], r["min_offset"], r["max_offset"], r["records"])
+            )
+        elif kind == "dead_letter_count":
+            staged.dead_letter_records += r["records"]
+    # Two tasks may read sub-ranges of one partition: merge their statistics.
+    merged: dict[tuple[str, int], PartitionStats] = {}
+    for s in staged.stats:
+        k = (s.topic, s.partition)
+        m = merged.get(k)
+        merged[k] = s if m is None else PartitionStats(
+            s.topic, s.partition, min(m.min_offset, s.min_offset), max(m.max_offset, s.max_offset),
+            m.records + s.records,
+        )
+    staged.stats = [merged[k] for k in sorted(merged)]
+    return staged

@@ -1,0 +1,83 @@
+"""Config model: validation errors name the key and the allowed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config, parse_config
+from pipeline.errors import ConfigError
+
+BASE = {
+    "id": "p1",
+    "source": {"bootstrapServers": "localhost:9092", "topics": ["events"]},
+    "decode": {"schema": [{"name": "a", "type": "string"}]},
+    "sink": {"table": "db.events"},
+    "checkpointLocation": "/tmp/ckpt",
+}
+
+
+def test_minimal_config_gets_defaults() -> None:
+    cfg = parse_config(BASE)
+    assert cfg.source.starting_offsets == "table"
+    assert cfg.source.fail_on_data_loss is True
+    assert cfg.source.isolation_level == "read_committed"
+    assert cfg.sink.dead_letter_identifier == "db.events_dead_letter"
+    assert cfg.trigger.mode == "processing-time"
+
+
+def test_unknown_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"source\.maxRecords: Extra inputs are not permitted"):
+        parse_config({**BASE, "source": {**BASE["source"], "maxRecords": 5}})
+
+
+def test_bad_enum_lists_allowed_values() -> None:
+    bad = {**BASE, "source": {**BASE["source"], "isolationLevel": "dirty"}}
+    with pytest.raises(ConfigError, match=r"source\.isolationLevel.*'read_committed' or 'read_uncommitted'"):
+        parse_config(bad)
+
+
+def test_exactly_one_subscription() -> None:
+    bad = {**BASE, "source": {**BASE["source"], "assign": {"events": [0]}}}
+    with pytest.raises(ConfigError, match="exactly one of source.topics, source.assign"):
+        parse_config(bad)
+
+
+def test_env_references_and_missing_env(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "id: p1\nsource: {bootstrapServers: '${BOOT}', topics: [e], kafka: {sasl.password: '${PW:-x}'}}\n"
+        "decode: {schema: [{name: a, type: string}]}\nsink: {table: db.t}\ncheckpointLocation: /c\n"
+    )
+    cfg = load_config(f, env={"BOOT": "h:1"})
+    assert cfg.source.bootstrap_servers == "h:1"
+    assert cfg.source.kafka == {"sasl.password": "x"}
+    with pytest.raises(ConfigError, match="source.bootstrapServers: environment variable BOOT is not set"):
+        load_config(f, env={})
+
+
+def test_set_overrides_parse_yaml_values(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    import yaml
+
+    f.write_text(yaml.safe_dump(BASE))
+    cfg = load_config(f, ["source.maxRecordsPerTrigger=500", "trigger.mode=available-now"], env={})
+    assert cfg.source.max_records_per_trigger == 500
+    assert cfg.trigger.mode == "available-now"
+    with pytest.raises(ConfigError, match=r"source\.maxRecordsPerTrigger.*greater than or equal to 1"):
+        load_config(f, ["source.maxRecordsPerTrigger=0"], env={})
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    f = tmp_path / "bad.yaml"
+    f.write_text("id: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(f)
+
+
+def test_json_decode_needs_schema() -> None:
+    with pytest.raises(ConfigError, match="decode.schema must list the fields"):
+        parse_config({**BASE, "decode": {"format": "json"}})

@@ -31,7 +31,11 @@ def _coordinates() -> list[Column]:
 
 def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: bool) -> DataFrame:
     """Rows of ``data_ddl`` columns + Kafka columns + ``_error`` + raw columns for errors."""
-    headers = F.col("headers") if include_headers else F.lit(None)
+    headers = (
+        F.col("headers")
+        if include_headers
+        else F.lit(None).cast("array<struct<key: string, value: binary>>")
+    )
     too_big = F.length(F.col("value")) > F.lit(cfg.max_record_bytes)
     if cfg.format == "raw":
         error = F.when(too_big, F.lit(f"record larger than {cfg.max_record_bytes} bytes"))

@@ -64,7 +64,7 @@ def event_schema_fields() -> list[dict[str, Any]]:
         {"name": "event_type", "type": "string", "required": True},
         {"name": "amount", "type": "double", "required": False},
         {"name": "currency", "type": "string", "required": False},
-        {"name": "ts", "type": "timestamp", "required": True},
+        {"name": "ts", "type": "timestamptz", "required": True},
         {"name": "session_id", "type": "string", "required": True},
         {"name": "page", "type": "string", "required": True},
         {"name": "device", "type": "string", "required": True},
@@ -192,6 +192,7 @@ def _generate(spec: GeneratorSpec) -> Iterator[tuple[bytes, bytes, bool]]:
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "timestamp": (str,),
+    "timestamptz": (str,),
     "double": (float, int),
     "long": (int,),
     "int": (int,),
@@ -222,7 +223,7 @@ def is_valid_event(value: bytes | None) -> bool:
             return False
         if not isinstance(v, allowed):
             return False
-        if f["type"] == "timestamp" and isinstance(v, str):
+        if f["type"] in ("timestamp", "timestamptz") and isinstance(v, str):
             try:
                 datetime.fromisoformat(v.replace("Z", "+00:00"))
             except ValueError:

@@ -1,0 +1,253 @@
+"""Builds and runs the streaming query described by a ``PipelineConfig``.
+
+    ingest_kafka source ──▶ decode (Spark JSON) ──▶ foreachBatch ──▶ Coordinator
+                                                      │ mapInArrow: workers stage files
+                                                      ▼
+                                           one Iceberg snapshot per batch
+
+The driver process holds the coordinator (and later the metrics registry); the source's
+planner and the writers run in Spark's Python workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.commit.coordinator import BatchOutcome, Coordinator, StagedBatch
+from pipeline.config import PipelineConfig
+from pipeline.errors import PipelineError
+from pipeline.source.offsets import PartitionOffsets, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunStats:
+    """Running totals the progress display and `status` read (driver memory only)."""
+
+    batches: int = 0
+    skipped: int = 0
+    records: int = 0
+    dead_letters: int = 0
+    last: BatchOutcome | None = None
+    committed: PartitionOffsets = field(default_factory=PartitionOffsets)
+    error: BaseException | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Pipeline:
+    def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
+        from pipeline.iceberg.sinks import IcebergSinks
+
+        self.cfg = cfg
+        self.sinks = IcebergSinks.from_config(cfg)
+        self._spark = spark
+        self.stats = RunStats()
+        self.on_batch: Callable[[BatchOutcome], None] | None = None
+        self.coordinator = Coordinator(cfg.id, self.sinks.main, self.sinks.dead_letter)
+        self._incarnation: str | None = None
+
+    # -- set-up ----------------------------------------------------------------------
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            from pipeline.spark.session import build_spark
+
+            self._spark = build_spark(
+                self.cfg.spark.app_name, self.cfg.spark.master, self.cfg.spark.conf
+            )
+        else:
+            from pipeline.source.datasource import KafkaDataSource
+
+            self._spark.dataSource.register(KafkaDataSource)
+        return self._spark
+
+    def check_broker(self) -> None:
+        from pipeline.kafka.client import KafkaMetadata, consumer_config
+
+        s = self.cfg.source
+        md = KafkaMetadata(
+            consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level),
+            timeout_s=15,
+        )
+        md.check_reachable()
+        if s.topics:
+            md.topic_partitions(s.topics)
+        elif s.assign:
+            counts = md.topic_partitions(s.assign)
+            for topic, parts in s.assign.items():
+                missing = [p for p in parts if p >= counts[topic]]
+                if missing:
+                    raise PipelineError(
+                        f"source.assign: topic {topic!r} has {counts[topic]} partitions; "
+                        f"partition(s) {missing} do not exist"
+                    )
+
+    def source_options(self) -> dict[str, str]:
+        s = self.cfg.source
+        opts: dict[str, str] = {"kafka.bootstrap.servers": s.bootstrap_servers}
+        opts.update({f"kafka.{k}": v for k, v in s.kafka.items()})
+        if s.topics:
+            opts["topics"] = ",".join(s.topics)
+        elif s.assign:
+            import json
+
+            opts["assign"] = json.dumps(s.assign)
+        elif s.topic_pattern:
+            opts["topicPattern"] = s.topic_pattern
+        opts["startingOffsets"] = self.resolve_starting_offsets()
+        if s.starting_timestamp is not None and s.starting_offsets != "table":
+            opts["startingTimestamp"] = str(s.starting_timestamp)
+        if s.max_records_per_trigger:
+            opts["maxRecordsPerTrigger"] = str(s.max_records_per_trigger)
+        if s.min_partitions:
+            opts["minPartitions"] = str(s.min_partitions)
+        opts["failOnDataLoss"] = str(s.fail_on_data_loss).lower()
+        opts["isolationLevel"] = s.isolation_level
+        opts["includeHeaders"] = str(s.include_headers).lower()
+        return opts
+
+    def resolve_starting_offsets(self) -> str:
+        """``table`` → the table's committed end offsets (DESIGN invariant 6); only used
+        by Spark when the checkpoint is new."""
+        s = self.cfg.source
+        if isinstance(s.starting_offsets, dict):
+            import json
+
+            return json.dumps(s.starting_offsets)
+        if s.starting_offsets != "table":
+            return s.starting_offsets
+        committed = self.sinks.main.committed_offsets(self.cfg.id)
+        if committed:
+            log.info("resuming from the table's committed offsets %s", committed.to_json())
+            return committed.to_json()  # partitions not listed start at earliest
+        return s.starting_offsets_fallback
+
+    # -- the batch ----------------------------------------------------------------------
+    def _incarnation_id(self) -> str:
+        if self._incarnation is None:
+            from pipeline.spark.checkpoint import SparkCheckpoint
+
+            self._incarnation = SparkCheckpoint(
+                self.spark, self.cfg.checkpoint_location
+            ).query_id()
+        return self._incarnation
+
+    def process_batch(self, df: Any, batch_id: int) -> None:
+        from pipeline.spark.checkpoint import SparkCheckpoint
+        from pipeline.spark.writer import RESULT_DDL, collect_staged, make_task_function
+
+        ckpt = SparkCheckpoint(df.sparkSession, self.cfg.checkpoint_location)
+        end = ckpt.offsets(batch_id)
+        if end is None:
+            raise PipelineError(f"offset log entry for batch {batch_id} is missing")
+        start = ckpt.offsets(batch_id - 1)
+
+        def write() -> StagedBatch:
+            plan = self.sinks.task_plan(write_uuid=str(uuid.uuid4()))
+            rows = df.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
+            return collect_staged(r.asDict() for r in rows)
+
+        outcome = self.coordinator.run_batch(
+            self._incarnation_id(), batch_id, start, end, write, data_loss=self._data_loss
+        )
+        with self.stats.lock:
+            self.stats.last = outcome
+            if outcome.outcome == "replay_skipped":
+                self.stats.skipped += 1
+            else:
+                self.stats.batches += 1
+                self.stats.records += outcome.records
+                self.stats.dead_letters += outcome.dead_letter_records
+                self.stats.committed = outcome.committed
+        log.info(
+            "batch %d %s: %d records, %d dead letters, %d files",
+            batch_id, outcome.outcome, outcome.records, outcome.dead_letter_records, outcome.files,
+        )
+        if self.on_batch:
+            self.on_batch(outcome)
+
+    def _data_loss(
+        self, staged: StagedBatch, ranges: dict[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Ranges whose head was deleted by retention before we read it
+        (only possible with failOnDataLoss=false; otherwise the source stopped)."""
+        if self.cfg.source.fail_on_data_loss:
+            return {}
+        first = {TopicPartition(s.topic, s.partition): s.min_offset for s in staged.stats}
+        suspects = [tp for tp, (s, e) in ranges.items() if first.get(tp, e) > s]
+        if not suspects:
+            return {}
+        from pipeline.kafka.client import KafkaMetadata
+
+        md = KafkaMetadata(self.sources_conf())
+        low = md.offsets(suspects)
+        out = {}
+        for tp in suspects:
+            s, e = ranges[tp]
+            lost_end = min(low[tp].low, first.get(tp, e), e)
+            if lost_end > s:
+                out[tp] = (s, lost_end)
+                log.warning("data loss on %s: offsets [%d, %d) were deleted by retention", tp, s, lost_end)
+        return out
+
+    def sources_conf(self) -> dict[str, Any]:
+        from pipeline.kafka.client import consumer_config
+
+        s = self.cfg.source
+        return consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level)
+
+    # -- the query ----------------------------------------------------------------------
+    def start(self) -> Any:
+        from pipeline.decode import decode
+        from pipeline.source.datasource import SOURCE_NAME
+
+        self.check_broker()
+        spark = self.spark
+        reader = spark.readStream.format(SOURCE_NAME).options(**self.source_options())
+        decoded = decode(
+            reader.load(), self.cfg.decode, self.sinks.data_ddl, self.cfg.source.include_headers
+        )
+        writer = decoded.writeStream.foreachBatch(self.process_batch).option(
+            "checkpointLocation", self.cfg.checkpoint_location
+        )
+        t = self.cfg.trigger
+        if t.mode == "available-now":
+            writer = writer.trigger(availableNow=True)
+        elif t.mode == "once":
+            writer = writer.trigger(once=True)
+        else:
+            writer = writer.trigger(processingTime=t.interval)
+        return writer.queryName(f"ingest-{self.cfg.id}").start()
+
+    def run(
+        self,
+        until: Callable[[RunStats], bool] | None = None,
+        tick: Callable[[RunStats], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> RunStats:
+        """Run until the query ends (available-now/once), ``until`` holds, or a timeout."""
+        query = self.start()
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        try:
+            while query.isActive:
+                query.awaitTermination(0.5)
+                if tick:
+                    tick(self.stats)
+                if until is not None and until(self.stats):
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+            exc = query.exception()
+            if exc is not None:
+                raise exc
+        finally:
+            if query.isActive:
+                query.stop()
+        return self.stats

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh Debian/Ubuntu machine with Python 3.11+
+# and Java 17: a virtualenv in .venv with the package and its dev extras. Idempotent:
+# re-running only installs what changed. Sourced by run-demo.sh and run-tests.sh.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+VENV="${INGEST_VENV:-$ROOT/.venv}"
+
+need_root() { [ "$(id -u)" = 0 ] || { echo "bootstrap: $1 (run as root or install it yourself)" >&2; exit 1; }; }
+apt_install() {
+  need_root "missing system packages: $*"
+  if [ ! -f /tmp/.ingest-apt-updated ]; then apt-get update -qq && touch /tmp/.ingest-apt-updated; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' 2>/dev/null \
+  || { echo "bootstrap: Python 3.11+ is required ($PY is $("$PY" --version 2>&1))" >&2; exit 1; }
+if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
+  echo "bootstrap: installing Java 17 (openjdk-17-jre-headless)" >&2
+  apt_install openjdk-17-jre-headless
+fi
+if ! "$PY" -c 'import ensurepip, venv' 2>/dev/null; then
+  ver="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+  apt_install "python${ver}-venv"
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "bootstrap: creating $VENV" >&2
+  "$PY" -m venv "$VENV"
+fi
+stamp="$VENV/.ingest-installed"
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+  echo "bootstrap: installing the package and dev tools into $VENV (first run takes a few minutes)" >&2
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" >&2
+  touch "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -48,6 +48,10 @@ class Pipeline:
         self.cfg = cfg
         self.sinks = IcebergSinks.from_config(cfg)
         self._spark = spark
+        if spark is not None:
+            from pipeline.spark.session import register_source
+
+            register_source(spark)
         self.stats = RunStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
         self.coordinator = Coordinator(cfg.id, self.sinks.main, self.sinks.dead_letter)
@@ -62,10 +66,6 @@ class Pipeline:
             self._spark = build_spark(
                 self.cfg.spark.app_name, self.cfg.spark.master, self.cfg.spark.conf
             )
-        else:
-            from pipeline.source.datasource import KafkaDataSource
-
-            self._spark.dataSource.register(KafkaDataSource)
         return self._spark
 
     def check_broker(self) -> None:
@@ -134,9 +134,7 @@ class Pipeline:
         if self._incarnation is None:
             from pipeline.spark.checkpoint import SparkCheckpoint
 
-            self._incarnation = SparkCheckpoint(
-                self.spark, self.cfg.checkpoint_location
-            ).query_id()
+            self._incarnation = SparkCheckpoint(self.spark, self.cfg.checkpoint_location).query_id()
         return self._incarnation
 
     def process_batch(self, df: Any, batch_id: int) -> None:
@@ -168,7 +166,11 @@ class Pipeline:
                 self.stats.committed = outcome.committed
         log.info(
             "batch %d %s: %d records, %d dead letters, %d files",
-            batch_id, outcome.outcome, outcome.records, outcome.dead_letter_records, outcome.files,
+            batch_id,
+            outcome.outcome,
+            outcome.records,
+            outcome.dead_letter_records,
+            outcome.files,
         )
         if self.on_batch:
             self.on_batch(outcome)
@@ -194,7 +196,9 @@ class Pipeline:
             lost_end = min(low[tp].low, first.get(tp, e), e)
             if lost_end > s:
                 out[tp] = (s, lost_end)
-                log.warning("data loss on %s: offsets [%d, %d) were deleted by retention", tp, s, lost_end)
+                log.warning(
+                    "data loss on %s: offsets [%d, %d) were deleted by retention", tp, s, lost_end
+                )
         return out
 
     def sources_conf(self) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def demo(
     lake: Annotated[Path, typer.Option(help="where tables and checkpoints go")] = Path("./lake"),
     events: Annotated[int, typer.Option(help="events to generate")] = 50_000,
     partitions: Annotated[int, typer.Option(help="Kafka partitions")] = 8,
-    rate: Annotated[float, typer.Option(help="events per second")] = 20_000.0,
+    rate: Annotated[float, typer.Option(help="events per second")] = 5_000.0,
     malformed: Annotated[float, typer.Option(help="fraction of malformed events")] = 0.01,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 600.0,
 ) -> None:
@@ -120,7 +120,9 @@ def produce(
     bootstrap: Annotated[str, typer.Option(help="bootstrap servers")],
     topic: Annotated[str, typer.Option()] = "events",
     count: Annotated[int, typer.Option()] = 10_000,
-    rate: Annotated[float | None, typer.Option(help="events/s; default: as fast as possible")] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="events/s; default: as fast as possible")
+    ] = None,
     keys: Annotated[int, typer.Option(help="distinct keys (users)")] = 1_000,
     partitions: Annotated[int | None, typer.Option(help="round-robin over 0..N-1")] = None,
     malformed: Annotated[float, typer.Option(help="fraction of malformed records")] = 0.0,
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except PipelineError as e:
-        err.print(f"error: {e}", highlight=False, soft_wrap=True)
+        err.print(f"error: {e.message}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except SystemExit:
         raise
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         msg = find_pipeline_error(e)
         if msg is not None:
-            err.print(f"error: {msg}", highlight=False, soft_wrap=True)
+            err.print(f"error: {msg}", markup=False, highlight=False, soft_wrap=True)
             sys.exit(2)
         raise
 

@@ -50,6 +50,11 @@ class SourceConfig(_Model):
     include_headers: bool = False
     kafka: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _empty_kafka(cls, v: Any) -> Any:
+        return {} if v is None else {k: str(x) for k, x in v.items()} if isinstance(v, dict) else v
+
     @model_validator(mode="after")
     def _one_subscription(self) -> SourceConfig:
         chosen = [n for n in ("topics", "assign", "topic_pattern") if getattr(self, n)]
@@ -100,7 +105,7 @@ class CatalogConfig(_Model):
                 raise ConfigError(
                     "sink.catalog.uri is required when the warehouse is not a local path"
                 )
-            props["uri"] = f"sqlite:///{warehouse[len('file://'):]}/catalog.db"
+            props["uri"] = f"sqlite:///{warehouse[len('file://') :]}/catalog.db"
         else:
             raise ConfigError("sink.catalog.uri is required for a REST catalog")
         return props
@@ -166,7 +171,9 @@ def _resolve_env(value: Any, env: Mapping[str, str], path: str) -> Any:
 
         return _ENV_REF.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _resolve_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {
+            k: _resolve_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_resolve_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
     return value

@@ -38,17 +38,17 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
     )
     too_big = F.length(F.col("value")) > F.lit(cfg.max_record_bytes)
     if cfg.format == "raw":
-        error = F.when(too_big, F.lit(f"record larger than {cfg.max_record_bytes} bytes"))
+        too_large = F.when(too_big, F.lit(f"record larger than {cfg.max_record_bytes} bytes"))
         raw_cols = [F.col("key"), F.col("value")]
         if include_headers:
             raw_cols.append(F.col("headers"))
         return df.select(
             *raw_cols,
             *_coordinates(),
-            error.alias(ERROR_COL),
-            F.when(error.isNotNull(), F.col("key")).alias("_raw_key"),
-            F.when(error.isNotNull(), F.col("value")).alias("_raw_value"),
-            F.when(error.isNotNull(), headers).alias("_raw_headers"),
+            too_large.alias(ERROR_COL),
+            F.when(too_large.isNotNull(), F.col("key")).alias("_raw_key"),
+            F.when(too_large.isNotNull(), F.col("value")).alias("_raw_value"),
+            F.when(too_large.isNotNull(), headers).alias("_raw_headers"),
         )
 
     schema = f"{data_ddl}, {CORRUPT_COL} STRING"

@@ -57,7 +57,7 @@ class EnvironmentProblem(PipelineError):
 
 
 def find_pipeline_error(exc: BaseException) -> str | None:
-    """The first tagged pipeline message inside ``exc`` (also when Spark wrapped it)."""
+    """The first pipeline error message inside ``exc`` (also when Spark wrapped it)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     texts: list[str] = []
@@ -71,5 +71,5 @@ def find_pipeline_error(exc: BaseException) -> str | None:
     for text in texts:
         m = _TAG.search(text)
         if m:
-            return f"[ingest:{m.group('code')}] {m.group('msg').strip()}"
+            return m.group("msg").strip()
     return None

@@ -11,7 +11,7 @@ import sys
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.cli import main  # noqa: E402
+from pipeline.cli import main
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from kafka_fixtures import KafkaTestBroker, resolve_kafka_broker  # noqa: E402
+from kafka_fixtures import KafkaTestBroker, resolve_kafka_broker
 
 
 @pytest.fixture(scope="session")

@@ -35,13 +35,20 @@ class Collected:
 
 
 def run_stream(
-    spark: Any, options: dict[str, str], checkpoint: Path, *, available_now: bool = True,
-    collected: Collected | None = None, wait_s: float = 120,
+    spark: Any,
+    options: dict[str, str],
+    checkpoint: Path,
+    *,
+    available_now: bool = True,
+    collected: Collected | None = None,
+    wait_s: float = 120,
 ) -> Collected:
     out = collected if collected is not None else Collected()
     reader = spark.readStream.format("ingest_kafka").options(**options)
     w = reader.load().writeStream.foreachBatch(out).option("checkpointLocation", str(checkpoint))
-    q = (w.trigger(availableNow=True) if available_now else w.trigger(processingTime="1 second")).start()
+    q = (
+        w.trigger(availableNow=True) if available_now else w.trigger(processingTime="1 second")
+    ).start()
     q.awaitTermination(wait_s)
     if q.isActive:
         q.stop()
@@ -53,7 +60,9 @@ def run_stream(
 
 def expected_coords(result: Any) -> list[Coord]:
     return sorted(
-        (t, p, o) for (t, p), (first, last) in result.offsets.items() for o in range(first, last + 1)
+        (t, p, o)
+        for (t, p), (first, last) in result.offsets.items()
+        for o in range(first, last + 1)
     )
 
 
@@ -103,8 +112,11 @@ def test_explicit_assignment_never_uses_consumer_groups(
     try:
         got = run_stream(
             spark,
-            {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-             "assign": json.dumps({topic: [0, 2]}), "startingOffsets": "earliest"},
+            {
+                "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+                "assign": json.dumps({topic: [0, 2]}),
+                "startingOffsets": "earliest",
+            },
             tmp_path / "ckpt",
         )
         api_keys = Counter(r.api_key for r in mock.requests())
@@ -125,8 +137,12 @@ def test_min_partitions_splits_one_partition_into_tasks(
     result = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=2000, seed=4))
     got = run_stream(
         spark,
-        {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "topics": topic,
-         "startingOffsets": "earliest", "minPartitions": "5"},
+        {
+            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+            "topics": topic,
+            "startingOffsets": "earliest",
+            "minPartitions": "5",
+        },
         tmp_path / "ckpt",
     )
     assert [tasks for _, cs, tasks in got.batches if cs] == [5]
@@ -140,8 +156,11 @@ def test_new_topics_matching_the_pattern_start_at_earliest(
     t1 = f"{prefix}-a"
     kafka_broker.create_topic(t1, 2)
     r1 = produce(kafka_broker.bootstrap_servers, t1, GeneratorSpec(count=400, seed=5))
-    opts = {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-            "topicPattern": f"{prefix}-.*", "startingOffsets": "earliest"}
+    opts = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+        "topicPattern": f"{prefix}-.*",
+        "startingOffsets": "earliest",
+    }
     first = run_stream(spark, opts, tmp_path / "ckpt")
     t2 = f"{prefix}-b"
     kafka_broker.create_topic(t2, 3)
@@ -159,14 +178,21 @@ def test_retention_loss_fails_by_default_and_is_skipped_when_allowed(
         pytest.skip("deleting records on demand needs the embedded broker's mock API")
     topic = unique_topic("retention")
     kafka_broker.create_topic(topic, 2)
-    result = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=8),
-                     partitions=2)
+    result = produce(
+        kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=8), partitions=2
+    )
     start = {topic: {"0": 0, "1": 0}}
     kafka_broker.embedded.delete_records(topic, 0, 100)
-    opts = {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "topics": topic,
-            "startingOffsets": json.dumps(start)}
-    with pytest.raises(Exception, match=r"\[ingest:data-loss\] partition .*\[0\]: next offset 0 is "
-                                        r"below the log start offset 100"):
+    opts = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+        "topics": topic,
+        "startingOffsets": json.dumps(start),
+    }
+    with pytest.raises(
+        Exception,
+        match=r"\[ingest:data-loss\] partition .*\[0\]: next offset 0 is "
+        r"below the log start offset 100",
+    ):
         run_stream(spark, opts, tmp_path / "ckpt-strict")
     got = run_stream(spark, {**opts, "failOnDataLoss": "false"}, tmp_path / "ckpt-lenient")
     want = [c for c in expected_coords(result) if not (c[1] == 0 and c[2] < 100)]
@@ -178,17 +204,26 @@ def test_transaction_markers_end_ranges(
 ) -> None:
     topic = unique_topic("txn")
     kafka_broker.create_topic(topic, 1)
-    p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers,
-                  "transactional.id": f"tx-{topic}", "linger.ms": 5})
+    p = Producer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "transactional.id": f"tx-{topic}",
+            "linger.ms": 5,
+        }
+    )
     p.init_transactions(30)
     for i in range(5):
         p.begin_transaction()
         for j in range(10):
             p.produce(topic, key=b"k", value=json.dumps({"i": i, "j": j}).encode(), partition=0)
         p.commit_transaction(30)
-    # 5 transactions × (10 records + 1 commit marker): the last offset (54) is a marker
-    opts = {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "topics": topic,
-            "startingOffsets": "earliest", "maxRecordsPerTrigger": "11"}
+    # 5 transactions x (10 records + 1 commit marker): the last offset (54) is a marker
+    opts = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+        "topics": topic,
+        "startingOffsets": "earliest",
+        "maxRecordsPerTrigger": "11",
+    }
     t0 = time.monotonic()
     got = run_stream(spark, opts, tmp_path / "ckpt", wait_s=90)
     assert time.monotonic() - t0 < 80, "a range ending on a control record stalled"
@@ -204,14 +239,20 @@ def test_recreated_topic_stops_with_a_clear_error(
     topic = unique_topic("recreate")
     kafka_broker.create_topic(topic, 1)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=9))
-    opts = {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, "topics": topic,
-            "startingOffsets": "earliest"}
+    opts = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+        "topics": topic,
+        "startingOffsets": "earliest",
+    }
     run_stream(spark, opts, tmp_path / "ckpt")
     kafka_broker.embedded.delete_topic(topic)
     kafka_broker.create_topic(topic, 1)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=10, seed=10))
-    with pytest.raises(Exception, match=r"\[ingest:partition-state\] partition .*: committed next "
-                                        r"offset 300 is beyond the partition's end offset 10"):
+    with pytest.raises(
+        Exception,
+        match=r"\[ingest:partition-state\] partition .*: committed next "
+        r"offset 300 is beyond the partition's end offset 10",
+    ):
         run_stream(spark, opts, tmp_path / "ckpt")
 
 
@@ -219,12 +260,15 @@ def test_aborted_transactions_never_appear(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     if not kafka_broker.supports_transactions_isolation:
-        pytest.skip("the embedded librdkafka mock broker does not implement read_committed "
-                    "isolation; needs a real broker (Docker or KAFKA_BOOTSTRAP_SERVERS)")
+        pytest.skip(
+            "the embedded librdkafka mock broker does not implement read_committed "
+            "isolation; needs a real broker (Docker or KAFKA_BOOTSTRAP_SERVERS)"
+        )
     topic = unique_topic("abort")
     kafka_broker.create_topic(topic, 1)
-    p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers,
-                  "transactional.id": f"tx-{topic}"})
+    p = Producer(
+        {"bootstrap.servers": kafka_broker.bootstrap_servers, "transactional.id": f"tx-{topic}"}
+    )
     p.init_transactions(30)
     for i in range(4):
         p.begin_transaction()
@@ -235,23 +279,38 @@ def test_aborted_transactions_never_appear(
             p.abort_transaction(30)
         else:
             p.commit_transaction(30)
-    got = run_stream(spark, {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-                             "topics": topic, "startingOffsets": "earliest"}, tmp_path / "ckpt")
+    got = run_stream(
+        spark,
+        {
+            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+            "topics": topic,
+            "startingOffsets": "earliest",
+        },
+        tmp_path / "ckpt",
+    )
     # committed transactions 0 and 2 occupy offsets 0-4 and 12-16
     assert_exactly_once(got.coords, [(topic, 0, o) for o in [*range(0, 5), *range(12, 17)]])
 
 
 def test_starting_timestamp(spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     if not kafka_broker.supports_timestamp_lookup:
-        pytest.skip("the embedded librdkafka mock broker does not implement timestamp look-ups "
-                    "(offsets_for_times returns -1); needs a real broker")
+        pytest.skip(
+            "the embedded librdkafka mock broker does not implement timestamp look-ups "
+            "(offsets_for_times returns -1); needs a real broker"
+        )
     topic = unique_topic("ts")
     kafka_broker.create_topic(topic, 1)
     p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
     for i in range(10):
         p.produce(topic, value=b"{}", partition=0, timestamp=1_700_000_000_000 + i * 1000)
     p.flush(30)
-    got = run_stream(spark, {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-                             "topics": topic, "startingTimestamp": str(1_700_000_004_000)},
-                     tmp_path / "ckpt")
+    got = run_stream(
+        spark,
+        {
+            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+            "topics": topic,
+            "startingTimestamp": str(1_700_000_004_000),
+        },
+        tmp_path / "ckpt",
+    )
     assert_exactly_once(got.coords, [(topic, 0, o) for o in range(4, 10)])

@@ -149,8 +149,11 @@ class Coordinator:
         start: PartitionOffsets | None,
         end: PartitionOffsets,
         write: Callable[[], StagedBatch],
-        data_loss: Callable[[StagedBatch, dict[TopicPartition, tuple[int, int]]], dict[
-            TopicPartition, tuple[int, int]]] | None = None,
+        data_loss: Callable[
+            [StagedBatch, dict[TopicPartition, tuple[int, int]]],
+            dict[TopicPartition, tuple[int, int]],
+        ]
+        | None = None,
     ) -> BatchOutcome:
         t0 = time.monotonic()
         if self.main.is_committed(self.pipeline_id, incarnation, batch_id):
@@ -161,9 +164,8 @@ class Coordinator:
         staged = write()
         t2 = time.monotonic()
         ranges = batch_ranges(start, end, staged.stats, previous)
-        committed = (previous or PartitionOffsets()).updated(
-            {tp: max(off, (previous or {}).get(tp, off)) for tp, off in end.items()}
-        )
+        before = previous or PartitionOffsets()
+        committed = before.updated({tp: max(off, before.get(tp, off)) for tp, off in end.items()})
         loss = data_loss(staged, ranges) if data_loss else {}
         checkpoint = Checkpoint(
             pipeline_id=self.pipeline_id,
@@ -176,9 +178,12 @@ class Coordinator:
             dead_letter_records=staged.dead_letter_records,
             data_loss=loss,
         )
-        if staged.dead_letter_files and self.dead_letter is not None:
-            if not self.dead_letter.is_committed(self.pipeline_id, incarnation, batch_id):
-                self.dead_letter.commit(staged.dead_letter_files, checkpoint)
+        if (
+            staged.dead_letter_files
+            and self.dead_letter is not None
+            and not self.dead_letter.is_committed(self.pipeline_id, incarnation, batch_id)
+        ):
+            self.dead_letter.commit(staged.dead_letter_files, checkpoint)
         self.main.commit(staged.data_files, checkpoint)
         t3 = time.monotonic()
         return BatchOutcome(

@@ -77,8 +77,10 @@ class IcebergSinks:
         raw = cfg.decode.format == "raw"
         fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
         schema = build_schema(fields, raw=raw)
-        spec = build_partition_spec(schema, sink.partition_by) if sink.partition_by else (
-            UNPARTITIONED_PARTITION_SPEC
+        spec = (
+            build_partition_spec(schema, sink.partition_by)
+            if sink.partition_by
+            else (UNPARTITIONED_PARTITION_SPEC)
         )
         props = {
             "write.target-file-size-bytes": str(sink.target_file_size_bytes),
@@ -86,8 +88,11 @@ class IcebergSinks:
         }
         main = IcebergTableSink(catalog, sink.table, schema, spec, props)
         dead = IcebergTableSink(
-            catalog, sink.dead_letter_identifier, dead_letter_schema(),
-            UNPARTITIONED_PARTITION_SPEC, sink.table_properties,
+            catalog,
+            sink.dead_letter_identifier,
+            dead_letter_schema(),
+            UNPARTITIONED_PARTITION_SPEC,
+            sink.table_properties,
         )
         data_schema = Schema(
             *[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES and not raw]

@@ -91,7 +91,9 @@ class KafkaMetadata:
     def __init__(self, consumer_conf: Mapping[str, Any], timeout_s: float = 30.0) -> None:
         self._conf = dict(consumer_conf)
         self._timeout = timeout_s
-        self._admin = AdminClient(admin_config(self._conf))
+        # Connection failures surface as our own one-line errors; librdkafka's per-retry
+        # log lines on stderr would bury them.
+        self._admin = AdminClient({**admin_config(self._conf), "log_level": 2})
         self._isolation = (
             IsolationLevel.READ_COMMITTED
             if self._conf.get("isolation.level") == "read_committed"

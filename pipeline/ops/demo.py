@@ -8,9 +8,9 @@ and the exactly-once verdict computed from the tables themselves.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -53,6 +53,7 @@ def run_demo(
     from pipeline.kafka.mock import EmbeddedBroker
     from pipeline.ops.verify import compare, offsets_by_partition
 
+    os.environ.setdefault("INGEST_SPARK_LOG_LEVEL", "ERROR")
     lake = lake.resolve()
     if lake.exists():
         shutil.rmtree(lake)  # the demo's broker is new each time: start the lake afresh
@@ -60,8 +61,10 @@ def run_demo(
     topic = "events"
     with EmbeddedBroker(num_brokers=3) as broker:
         broker.create_topic(topic, partitions)
-        console.print(f"[bold]embedded Kafka[/] at {broker.bootstrap_servers}, topic {topic!r} "
-                      f"with {partitions} partitions")
+        console.print(
+            f"[bold]embedded Kafka[/] at {broker.bootstrap_servers}, topic {topic!r} "
+            f"with {partitions} partitions"
+        )
         cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic))
         console.print("starting Spark (local[2]) …")
         pipeline = Pipeline(cfg)
@@ -75,7 +78,9 @@ def run_demo(
             try:
                 spec = GeneratorSpec(count=events, rate=rate, malformed_fraction=malformed)
                 result["r"] = produce(
-                    broker.bootstrap_servers, topic, spec,
+                    broker.bootstrap_servers,
+                    topic,
+                    spec,
                     on_progress=lambda n: produced.__setitem__("n", n),
                 )
             except BaseException as e:  # surfaced below
@@ -84,8 +89,12 @@ def run_demo(
         thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
         thread.start()
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
         ) as progress:
             p_task = progress.add_task("produced ", total=events)
             c_task = progress.add_task("committed", total=events)
@@ -94,7 +103,8 @@ def run_demo(
                 s = pipeline.stats
                 progress.update(p_task, completed=produced["n"])
                 progress.update(
-                    c_task, completed=s.records + s.dead_letters,
+                    c_task,
+                    completed=s.records + s.dead_letters,
                     description=f"committed (batch {s.batches}, {s.dead_letters} dead letters)",
                 )
 
@@ -115,9 +125,12 @@ def run_demo(
         main = pipeline.sinks.main.table()
         dlq = pipeline.sinks.dead_letter.table() if pipeline.sinks.dead_letter else None
         present = offsets_by_partition(
-            b for t in (main, dlq) if t is not None
-            for b in t.scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset"))
-            .to_arrow_batch_reader()
+            b
+            for t in (main, dlq)
+            if t is not None
+            for b in t.scan(
+                selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
+            ).to_arrow_batch_reader()
         )
         report = compare(present, expected)
         _print_summary(console, report, main, dlq, lake)
@@ -140,8 +153,11 @@ def _print_summary(console: Console, report, main, dlq, lake: Path) -> None:  # 
     )
     if snaps:
         last = snaps[-1].summary
-        keys = {k: v for k, v in (last.additional_properties if last else {}).items()
-                if k.startswith("ingest.")}
+        keys = {
+            k: v
+            for k, v in (last.additional_properties if last else {}).items()
+            if k.startswith("ingest.")
+        }
         console.print(f"last snapshot checkpoint: {keys}")
     t = report.totals()
     verdict = "[bold green]EXACTLY ONCE[/]" if report.ok else "[bold red]MISMATCH[/]"

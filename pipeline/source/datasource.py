@@ -145,7 +145,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps = self._current_partitions()
-        self._target = PartitionOffsets({tp: b.high for tp, b in self.metadata.offsets(tps).items()})
+        self._target = PartitionOffsets(
+            {tp: b.high for tp, b in self.metadata.offsets(tps).items()}
+        )
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         ranges = batch_ranges(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
@@ -173,7 +175,11 @@ def source_options_for(**kwargs: Any) -> dict[str, str]:
     for k, v in kwargs.items():
         if v is None:
             continue
-        out[k] = json.dumps(v) if isinstance(v, dict | list) else str(v).lower() if isinstance(
-            v, bool
-        ) else str(v)
+        out[k] = (
+            json.dumps(v)
+            if isinstance(v, dict | list)
+            else str(v).lower()
+            if isinstance(v, bool)
+            else str(v)
+        )
     return out

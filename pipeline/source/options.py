@@ -58,7 +58,9 @@ class SourceOptions:
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
         opts = {k.lower(): v for k, v in raw.items()}
         kafka = {k[len("kafka.") :]: v for k, v in raw.items() if k.lower().startswith("kafka.")}
-        unknown = sorted(k for k in opts if not k.startswith("kafka.") and k not in KNOWN | {"path"})
+        unknown = sorted(
+            k for k in opts if not k.startswith("kafka.") and k not in KNOWN | {"path"}
+        )
         if unknown:
             raise ConfigError(
                 f"unknown source option(s) {', '.join(unknown)}; allowed: "
@@ -74,7 +76,9 @@ class SourceOptions:
         topics_raw = opts.get("topics") or opts.get("subscribe")
         topics = [t.strip() for t in topics_raw.split(",") if t.strip()] if topics_raw else None
         pattern = opts.get("topicpattern") or opts.get("subscribepattern")
-        chosen = [n for n, v in (("assign", assign), ("topics", topics), ("topicPattern", pattern)) if v]
+        chosen = [
+            n for n, v in (("assign", assign), ("topics", topics), ("topicPattern", pattern)) if v
+        ]
         if len(chosen) != 1:
             raise ConfigError(
                 "exactly one of assign, topics, topicPattern must be set "
@@ -91,9 +95,7 @@ class SourceOptions:
 
         iso = opts.get("isolationlevel", "read_committed")
         if iso not in ("read_committed", "read_uncommitted"):
-            raise ConfigError(
-                f"isolationLevel={iso!r}; allowed: read_committed, read_uncommitted"
-            )
+            raise ConfigError(f"isolationLevel={iso!r}; allowed: read_committed, read_uncommitted")
         mrpt = opts.get("maxrecordspertrigger")
         minp = opts.get("minpartitions")
         return cls(

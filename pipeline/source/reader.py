@@ -108,7 +108,9 @@ def read_ranges(
         # Metadata first: assign() then fetches at once instead of after a refresh (~0.5 s).
         for topic in {tp.topic for tp in todo}:
             consumer.list_topics(topic, timeout=30)
-        consumer.assign([KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()])
+        consumer.assign(
+            [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
+        )
         cols = _Columns(include_headers)
         last_progress = time.monotonic()
         while todo:
@@ -147,8 +149,8 @@ def read_ranges(
 
 
 def _append(cols: _Columns, msg: Message, tp: TopicPartition, off: int) -> None:
-    cols.keys.append(msg.key())  # type: ignore[arg-type]
-    cols.values.append(msg.value())  # type: ignore[arg-type]
+    cols.keys.append(msg.key())
+    cols.values.append(msg.value())
     cols.topics.append(tp.topic)
     cols.partitions.append(tp.partition)
     cols.offsets.append(off)
@@ -157,9 +159,7 @@ def _append(cols: _Columns, msg: Message, tp: TopicPartition, off: int) -> None:
     cols.ts_types.append(ts_type - 1 if ts_type else -1)  # Kafka: 0=CreateTime 1=LogAppendTime
     if cols.include_headers:
         hs = msg.headers()
-        cols.headers.append(
-            [{"key": k, "value": v} for k, v in hs] if hs else None  # type: ignore[misc]
-        )
+        cols.headers.append([{"key": h[0], "value": h[1]} for h in hs] if hs else None)
 
 
 def consumer_position(consumer: Consumer, tp: TopicPartition) -> int:
@@ -167,7 +167,9 @@ def consumer_position(consumer: Consumer, tp: TopicPartition) -> int:
     return int(pos[0].offset) if pos else -1
 
 
-def _finish(consumer: Consumer, todo: dict[TopicPartition, OffsetRange], tp: TopicPartition) -> None:
+def _finish(
+    consumer: Consumer, todo: dict[TopicPartition, OffsetRange], tp: TopicPartition
+) -> None:
     del todo[tp]
     consumer.pause([KTopicPartition(tp.topic, tp.partition)])
 
@@ -176,7 +178,7 @@ def _finish_by_position(consumer: Consumer, todo: dict[TopicPartition, OffsetRan
     """Close ranges whose remaining offsets are not records (control records, gaps)."""
     positions = consumer.position([KTopicPartition(tp.topic, tp.partition) for tp in todo])
     for p in positions:
-        tp = TopicPartition(p.topic, p.partition)  # type: ignore[arg-type]
+        tp = TopicPartition(p.topic, p.partition)
         r = todo.get(tp)
         if r is not None and p.offset is not None and p.offset >= r.end:
             _finish(consumer, todo, tp)

@@ -22,8 +22,8 @@ class SparkCheckpoint:
         self.location = location.rstrip("/")
 
     def _read(self, relative: str) -> str | None:
-        jvm: Any = self._spark._jvm  # type: ignore[attr-defined]
-        conf = self._spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        jvm: Any = self._spark._jvm
+        conf = self._spark._jsc.hadoopConfiguration()
         path = jvm.org.apache.hadoop.fs.Path(f"{self.location}/{relative}")
         fs = path.getFileSystem(conf)
         if not fs.exists(path):

@@ -53,6 +53,8 @@ def build_spark(
     # Executors' Python must be the driver's (same venv, same packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if (master or "local").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no interface guessing
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -60,8 +62,16 @@ def build_spark(
         builder = builder.master(master)
     elif not os.environ.get("SPARK_MASTER") and "spark.master" not in (conf or {}):
         # Under spark-submit the master is already in the JVM's conf; getOrCreate keeps it.
-        builder = builder.config("spark.master", os.environ.get("INGEST_DEFAULT_MASTER", "local[*]"))
+        builder = builder.config(
+            "spark.master", os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
+        )
+    log4j = os.path.join(
+        os.path.dirname(os.path.dirname(__file__)), "resources", "log4j2.properties"
+    )
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"
     defaults = {
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
@@ -74,8 +84,19 @@ def build_spark(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("INGEST_SPARK_LOG_LEVEL", "WARN"))
+    register_source(spark)
+    return spark
+
+
+_registered: set[int] = set()
+
+
+def register_source(spark: SparkSession) -> None:
+    """Register the ``ingest_kafka`` source once per session."""
+    key = id(spark)
+    if key in _registered:
+        return
     from pipeline.source.datasource import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
-    return spark
-
+    _registered.add(key)

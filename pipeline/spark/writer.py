@@ -77,7 +77,9 @@ class _Buffer:
 
 
 def _stats(batch: pa.RecordBatch, acc: dict[tuple[str, int], list[int]]) -> None:
-    table = pa.Table.from_batches([batch.select(["_kafka_topic", "_kafka_partition", "_kafka_offset"])])
+    table = pa.Table.from_batches(
+        [batch.select(["_kafka_topic", "_kafka_partition", "_kafka_offset"])]
+    )
     grouped = table.group_by(["_kafka_topic", "_kafka_partition"]).aggregate(
         [("_kafka_offset", "min"), ("_kafka_offset", "max"), ("_kafka_offset", "count")]
     )
@@ -88,9 +90,13 @@ def _stats(batch: pa.RecordBatch, acc: dict[tuple[str, int], list[int]]) -> None
         acc[key] = [lo, hi, n] if cur is None else [min(cur[0], lo), max(cur[1], hi), cur[2] + n]
 
 
-def run_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int) -> Iterator[pa.RecordBatch]:
+def run_task(
+    plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int
+) -> Iterator[pa.RecordBatch]:
     main = _Buffer(plan, plan.main_ctx, "data", seed)
-    dead = _Buffer(plan, plan.dead_letter_ctx, "dead_letter", seed) if plan.dead_letter_ctx else None
+    dead = (
+        _Buffer(plan, plan.dead_letter_ctx, "dead_letter", seed) if plan.dead_letter_ctx else None
+    )
     acc: dict[tuple[str, int], list[int]] = {}
     dead_rows = 0
     for batch in batches:
@@ -113,7 +119,14 @@ def run_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int) -> It
     if dead is not None:
         rows += [{"kind": "dead_letter", "payload": p} for p in dead.out]
     rows += [
-        {"kind": "stats", "topic": t, "partition": p, "min_offset": v[0], "max_offset": v[1], "records": v[2]}
+        {
+            "kind": "stats",
+            "topic": t,
+            "partition": p,
+            "min_offset": v[0],
+            "max_offset": v[1],
+            "records": v[2],
+        }
         for (t, p), v in sorted(acc.items())
     ]
     rows.append({"kind": "dead_letter_count", "records": dead_rows})
@@ -134,7 +147,9 @@ def _dead_letter_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.Rec
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def make_task_function(plan: TaskPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def make_task_function(
+    plan: TaskPlan,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -157,7 +172,9 @@ def collect_staged(rows: Iterable[Any]) -> StagedBatch:
             staged.dead_letter_files.append(bytes(r["payload"]))
         elif kind == "stats":
             staged.stats.append(
-                PartitionStats(r["topic"], r["partition"], r["min_offset"], r["max_offset"], r["records"])
+                PartitionStats(
+                    r["topic"], r["partition"], r["min_offset"], r["max_offset"], r["records"]
+                )
             )
         elif kind == "dead_letter_count":
             staged.dead_letter_records += r["records"]
@@ -166,9 +183,16 @@ def collect_staged(rows: Iterable[Any]) -> StagedBatch:
     for s in staged.stats:
         k = (s.topic, s.partition)
         m = merged.get(k)
-        merged[k] = s if m is None else PartitionStats(
-            s.topic, s.partition, min(m.min_offset, s.min_offset), max(m.max_offset, s.max_offset),
-            m.records + s.records,
+        merged[k] = (
+            s
+            if m is None
+            else PartitionStats(
+                s.topic,
+                s.partition,
+                min(m.min_offset, s.min_offset),
+                max(m.max_offset, s.max_offset),
+                m.records + s.records,
+            )
         )
     staged.stats = [merged[k] for k in sorted(merged)]
     return staged

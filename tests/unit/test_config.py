@@ -34,7 +34,9 @@ def test_unknown_key_is_named() -> None:
 
 def test_bad_enum_lists_allowed_values() -> None:
     bad = {**BASE, "source": {**BASE["source"], "isolationLevel": "dirty"}}
-    with pytest.raises(ConfigError, match=r"source\.isolationLevel.*'read_committed' or 'read_uncommitted'"):
+    with pytest.raises(
+        ConfigError, match=r"source\.isolationLevel.*'read_committed' or 'read_uncommitted'"
+    ):
         parse_config(bad)
 
 
@@ -47,13 +49,16 @@ def test_exactly_one_subscription() -> None:
 def test_env_references_and_missing_env(tmp_path: Path) -> None:
     f = tmp_path / "p.yaml"
     f.write_text(
-        "id: p1\nsource: {bootstrapServers: '${BOOT}', topics: [e], kafka: {sasl.password: '${PW:-x}'}}\n"
+        "id: p1\nsource: {bootstrapServers: '${BOOT}', topics: [e],"
+        " kafka: {sasl.password: '${PW:-x}'}}\n"
         "decode: {schema: [{name: a, type: string}]}\nsink: {table: db.t}\ncheckpointLocation: /c\n"
     )
     cfg = load_config(f, env={"BOOT": "h:1"})
     assert cfg.source.bootstrap_servers == "h:1"
     assert cfg.source.kafka == {"sasl.password": "x"}
-    with pytest.raises(ConfigError, match="source.bootstrapServers: environment variable BOOT is not set"):
+    with pytest.raises(
+        ConfigError, match="source.bootstrapServers: environment variable BOOT is not set"
+    ):
         load_config(f, env={})
 
 
@@ -65,7 +70,9 @@ def test_set_overrides_parse_yaml_values(tmp_path: Path) -> None:
     cfg = load_config(f, ["source.maxRecordsPerTrigger=500", "trigger.mode=available-now"], env={})
     assert cfg.source.max_records_per_trigger == 500
     assert cfg.trigger.mode == "available-now"
-    with pytest.raises(ConfigError, match=r"source\.maxRecordsPerTrigger.*greater than or equal to 1"):
+    with pytest.raises(
+        ConfigError, match=r"source\.maxRecordsPerTrigger.*greater than or equal to 1"
+    ):
         load_config(f, ["source.maxRecordsPerTrigger=0"], env={})
 
 

@@ -86,7 +86,9 @@ def test_reconcile_adds_new_partitions_at_log_start() -> None:
 
 def test_reconcile_vanished_partition_is_an_error() -> None:
     with pytest.raises(PartitionStateError, match=r"a\[1\].*no longer exists"):
-        reconcile(PartitionOffsets({A0: 1, A1: 1}), {A0: BrokerOffsets(0, 2)}, fail_on_data_loss=True)
+        reconcile(
+            PartitionOffsets({A0: 1, A1: 1}), {A0: BrokerOffsets(0, 2)}, fail_on_data_loss=True
+        )
 
 
 def test_reconcile_recreated_topic_is_an_error_not_a_stall() -> None:
@@ -95,7 +97,9 @@ def test_reconcile_recreated_topic_is_an_error_not_a_stall() -> None:
 
 
 def test_reconcile_data_loss_fails_by_default_and_names_offsets() -> None:
-    with pytest.raises(DataLossError, match=r"a\[0\]: next offset 2 is below the log start offset 7"):
+    with pytest.raises(
+        DataLossError, match=r"a\[0\]: next offset 2 is below the log start offset 7"
+    ):
         reconcile(PartitionOffsets({A0: 2}), {A0: BrokerOffsets(7, 9)}, fail_on_data_loss=True)
 
 

@@ -14,8 +14,14 @@ B = {"kafka.bootstrap.servers": "h:1"}
 
 def test_assign_and_starting_json() -> None:
     o = SourceOptions.parse(
-        {**B, "assign": '{"t": [1, 0]}', "startingOffsets": '{"t": {"0": 5, "1": -2}}',
-         "maxRecordsPerTrigger": "100", "minPartitions": "4", "failOnDataLoss": "false"}
+        {
+            **B,
+            "assign": '{"t": [1, 0]}',
+            "startingOffsets": '{"t": {"0": 5, "1": -2}}',
+            "maxRecordsPerTrigger": "100",
+            "minPartitions": "4",
+            "failOnDataLoss": "false",
+        }
     )
     assert o.assign == {"t": [0, 1]}
     assert o.starting_offsets_json == {TopicPartition("t", 0): 5, TopicPartition("t", 1): -2}

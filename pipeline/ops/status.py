@@ -1,0 +1,59 @@
+"""``ingest status``: what the table says was ingested, and how far behind Kafka it is."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from pipeline.config import PipelineConfig
+from pipeline.errors import PipelineError
+
+
+def print_status(cfg: PipelineConfig, console: Console) -> None:
+    from pipeline.iceberg.sinks import IcebergSinks
+    from pipeline.kafka.client import KafkaMetadata, consumer_config
+
+    sinks = IcebergSinks.from_config(cfg)
+    table = sinks.main.table()
+    if table is None:
+        console.print(f"table {cfg.sink.table} does not exist yet (nothing committed)")
+        return
+    cp = sinks.main.sink.latest_checkpoint(cfg.id)
+    snaps = table.snapshots()
+    console.print(f"table {cfg.sink.table}: {len(snaps)} snapshots at {table.location()}")
+    if cp is None:
+        console.print(f"no commit of pipeline {cfg.id!r} in the table's history")
+        return
+    head = table.current_snapshot()
+    when = (
+        datetime.fromtimestamp(head.timestamp_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        if head
+        else "-"
+    )
+    console.print(
+        f"pipeline {cp.pipeline_id}: last batch {cp.batch_id} (incarnation {cp.incarnation}, "
+        f"writer epoch {cp.epoch}), committed at {when}"
+    )
+    s = cfg.source
+    ends: dict[tuple[str, int], int] = {}
+    try:
+        md = KafkaMetadata(
+            consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level),
+            timeout_s=10,
+        )
+        from pipeline.source.offsets import TopicPartition
+
+        tps = [TopicPartition(t, p) for (t, p) in cp.committed_offsets]
+        ends = {(tp.topic, tp.partition): b.high for tp, b in md.offsets(tps).items()}
+    except PipelineError as e:
+        console.print(f"[yellow]lag unknown: {e.message}[/]")
+    rt = RichTable(title="committed offsets")
+    for col in ("topic", "partition", "committed next offset", "broker end", "lag"):
+        rt.add_column(col, justify="right")
+    for (topic, part), off in sorted(cp.committed_offsets.items()):
+        end = ends.get((topic, part))
+        lag = "-" if end is None else str(max(0, end - off))
+        rt.add_row(topic, str(part), str(off), "-" if end is None else str(end), lag)
+    console.print(rt)

@@ -1,0 +1,203 @@
+"""End to end: live broker → ingest_kafka → decode → coordinator → Iceberg (real Spark).
+
+Exactly-once is shown by counting (topic, partition, offset) over the main table and
+the dead-letter table together.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import postgres_uri
+from kafka_fixtures import KafkaTestBroker, unique_topic
+
+from pipeline.app import Pipeline
+from pipeline.config import parse_config
+from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_config(
+    tmp: Path,
+    bootstrap: str,
+    topic: str,
+    *,
+    catalog: dict[str, Any] | None = None,
+    table: str = "db.events",
+    **source: Any,
+) -> Any:
+    return parse_config(
+        {
+            "id": f"p-{topic}",
+            "source": {"bootstrapServers": bootstrap, "topics": [topic], **source},
+            "decode": {"schema": event_schema_fields()},
+            "sink": {
+                "catalog": catalog or {"warehouse": str(tmp / "warehouse")},
+                "table": table,
+                "partitionBy": ["day(ts)"],
+            },
+            "checkpointLocation": str(tmp / "checkpoint"),
+            "trigger": {"mode": "available-now"},
+        }
+    )
+
+
+def coords(pipeline: Pipeline) -> Counter[tuple[str, int, int]]:
+    out: Counter[tuple[str, int, int]] = Counter()
+    for committer in (pipeline.sinks.main, pipeline.sinks.dead_letter):
+        table = committer.table() if committer else None
+        if table is None:
+            continue
+        t = table.scan(
+            selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
+        ).to_arrow()
+        out.update(
+            zip(
+                t["_kafka_topic"].to_pylist(),
+                t["_kafka_partition"].to_pylist(),
+                t["_kafka_offset"].to_pylist(),
+                strict=True,
+            )
+        )
+    return out
+
+
+def produced(*results: Any) -> Counter[tuple[str, int, int]]:
+    return Counter(
+        (t, p, o) for r in results for (t, p), (a, b) in r.offsets.items() for o in range(a, b + 1)
+    )
+
+
+def test_exactly_once_with_dead_letters_restart_and_replay(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("pipe")
+    kafka_broker.create_topic(topic, 4)
+    r1 = produce(
+        kafka_broker.bootstrap_servers,
+        topic,
+        GeneratorSpec(count=4000, malformed_fraction=0.05, seed=11),
+    )
+    cfg = make_config(tmp_path, kafka_broker.bootstrap_servers, topic, maxRecordsPerTrigger=1500)
+    p1 = Pipeline(cfg, spark)
+    stats = p1.run()
+    assert stats.batches == 3
+    assert coords(p1) == produced(r1)
+    assert stats.dead_letters == r1.malformed
+    main = p1.sinks.main.table()
+    assert main is not None and len(main.scan().to_arrow()) == 4000 - r1.malformed
+    assert len(main.snapshots()) == 3  # one snapshot per batch
+
+    # Crash after the table commit but before Spark's commit log: Spark replays the
+    # last batch; the coordinator sees it committed and skips it.
+    commits = tmp_path / "checkpoint" / "commits"
+    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    r2 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=12))
+    p2 = Pipeline(cfg, spark)
+    stats2 = p2.run()
+    assert stats2.skipped == 1
+    assert coords(p2) == produced(r1, r2)  # nothing twice, nothing lost
+
+    # Checkpoint deleted: startingOffsets=table resumes from the table's offsets.
+    import shutil
+
+    shutil.rmtree(tmp_path / "checkpoint")
+    r3 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=500, seed=13))
+    p3 = Pipeline(cfg, spark)
+    p3.run()
+    assert coords(p3) == produced(r1, r2, r3)
+    snap = p3.sinks.main.table().current_snapshot()  # type: ignore[union-attr]
+    summary = snap.summary.additional_properties  # type: ignore[union-attr]
+    assert summary["ingest.pipeline-id"] == cfg.id
+    ends = {f"{t}:{p}": b + 1 for (t, p), (_, b) in r3.offsets.items()}
+    import json
+
+    committed = json.loads(summary["ingest.committed-offsets"])[topic]
+    assert {f"{topic}:{p}": v for p, v in committed.items()} == ends
+
+
+def test_postgresql_catalog(spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
+    uri = postgres_uri()
+    if uri is None:
+        pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
+    topic = unique_topic("pg")
+    kafka_broker.create_topic(topic, 2)
+    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=14))
+    cfg = make_config(
+        tmp_path,
+        kafka_broker.bootstrap_servers,
+        topic,
+        catalog={
+            "name": f"pg_{topic.replace('-', '_')}",
+            "uri": uri,
+            "warehouse": str(tmp_path / "warehouse"),
+        },
+        table=f"db_{topic.replace('-', '_')}.events",
+    )
+    p = Pipeline(cfg, spark)
+    p.run()
+    assert coords(p) == produced(r)
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        "id: x\nsource: {bootstrapServers: 'h:1', topics: [t], isolationLevel: dirty}\n"
+        "decode: {schema: [{name: a, type: string}]}\nsink: {table: db.t}\ncheckpointLocation: /c\n"
+    )
+    r = _cli("run", "--config", str(f))
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert (
+        "source.isolationLevel" in lines[0] and "'read_committed' or 'read_uncommitted'" in lines[0]
+    )
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_field_type_is_one_clear_line(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        "id: x\nsource: {bootstrapServers: 'h:1', topics: [t]}\n"
+        "decode: {schema: [{name: a, type: varchar}]}\n"
+        f"sink: {{table: db.t, catalog: {{warehouse: '{tmp_path}/w'}}}}\ncheckpointLocation: /c\n"
+    )
+    r = _cli("run", "--config", str(f))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "varchar" in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_unreachable_broker_is_one_clear_line(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "id: x\nsource: {bootstrapServers: '127.0.0.1:1', topics: [t]}\n"
+        "decode: {schema: [{name: a, type: string}]}\n"
+        f"sink: {{table: db.t, catalog: {{warehouse: '{tmp_path}/w'}}}}\n"
+        f"checkpointLocation: '{tmp_path}/c'\n"
+    )
+    r = _cli("run", "--config", str(f))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "WARN" not in ln]
+    assert len(lines) == 1 and "cannot reach Kafka at 127.0.0.1:1" in lines[0], r.stderr

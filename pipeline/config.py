@@ -143,6 +143,15 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class MetricsConfig(_Model):
+    """Prometheus exporter and health endpoints on the driver."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    port: int = Field(default=9108, ge=0, le=65535)  # 0: pick a free port (tests)
+    lag_refresh_seconds: float = Field(default=15.0, gt=0)
+
+
 class PipelineConfig(_Model):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     source: SourceConfig
@@ -151,6 +160,7 @@ class PipelineConfig(_Model):
     checkpoint_location: str
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -14,14 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.commit.coordinator import BatchOutcome, Coordinator, StagedBatch
 from pipeline.config import PipelineConfig
-from pipeline.errors import PipelineError
+from pipeline.errors import FencedError, PipelineError
 from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -37,12 +36,18 @@ class RunStats:
     dead_letters: int = 0
     last: BatchOutcome | None = None
     committed: PartitionOffsets = field(default_factory=PartitionOffsets)
+    overlap_dropped: int = 0
+    recommitted: int = 0
+    recovered: dict[str, int] = field(default_factory=dict)  # action -> instants
+    epoch: int = 0
+    fenced: bool = False
     error: BaseException | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
+        from pipeline.commit.faults import FaultPoints
         from pipeline.iceberg.sinks import IcebergSinks
 
         self.cfg = cfg
@@ -54,7 +59,18 @@ class Pipeline:
             register_source(spark)
         self.stats = RunStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
-        self.coordinator = Coordinator(cfg.id, self.sinks.main, self.sinks.dead_letter)
+        self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
+        exactly_once = cfg.commit.mode == "exactly-once"
+        self.timeline = self.sinks.timeline(cfg.id) if exactly_once else None
+        self.coordinator = Coordinator(
+            cfg.id,
+            self.sinks.main,
+            self.sinks.dead_letter,
+            timeline=self.timeline,
+            on_overlap=cfg.commit.on_overlap,
+            faults=self.faults,
+            data_loss=self._data_loss,
+        )
         self._incarnation: str | None = None
 
     # -- set-up ----------------------------------------------------------------------
@@ -146,34 +162,50 @@ class Pipeline:
         if end is None:
             raise PipelineError(f"offset log entry for batch {batch_id} is missing")
         start = ckpt.offsets(batch_id - 1)
+        armed = ",".join(
+            f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
+        )
 
-        def write() -> StagedBatch:
-            plan = self.sinks.task_plan(write_uuid=str(uuid.uuid4()))
+        def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
+            plan = self.sinks.task_plan(write_id, drop_below, faults=armed or None)
             rows = df.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
             return collect_staged(r.asDict() for r in rows)
 
-        outcome = self.coordinator.run_batch(
-            self._incarnation_id(), batch_id, start, end, write, data_loss=self._data_loss
-        )
+        try:
+            outcome = self.coordinator.run_batch(
+                self._incarnation_id(), batch_id, start, end, write
+            )
+        except FencedError:
+            with self.stats.lock:
+                self.stats.fenced = True
+            raise
         with self.stats.lock:
             self.stats.last = outcome
+            for _, action in outcome.recovered:
+                self.stats.recovered[action] = self.stats.recovered.get(action, 0) + 1
             if outcome.outcome == "replay_skipped":
                 self.stats.skipped += 1
             else:
                 self.stats.batches += 1
                 self.stats.records += outcome.records
                 self.stats.dead_letters += outcome.dead_letter_records
+                self.stats.overlap_dropped += outcome.overlap_dropped
                 self.stats.committed = outcome.committed
+                if outcome.outcome == "recommitted":
+                    self.stats.recommitted += 1
         log.info(
-            "batch %d %s: %d records, %d dead letters, %d files",
+            "batch %d %s: instant %s, %d records, %d dead letters, %d files",
             batch_id,
             outcome.outcome,
+            outcome.instant,
             outcome.records,
             outcome.dead_letter_records,
             outcome.files,
         )
         if self.on_batch:
             self.on_batch(outcome)
+        if self.timeline is not None and batch_id % 50 == 0:
+            self.timeline.purge_finished(self.cfg.commit.journal_retention)
 
     def _data_loss(
         self, staged: StagedBatch, ranges: dict[TopicPartition, tuple[int, int]]
@@ -213,6 +245,11 @@ class Pipeline:
         from pipeline.source.datasource import SOURCE_NAME
 
         self.check_broker()
+        if self.timeline is not None:
+            # Fence before Spark starts: a zombie of an earlier run cannot commit past here.
+            import socket
+
+            self.stats.epoch = self.coordinator.acquire_epoch(owner=socket.gethostname())
         spark = self.spark
         reader = spark.readStream.format(SOURCE_NAME).options(**self.source_options())
         decoded = decode(

@@ -143,6 +143,18 @@ class SparkConfig(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class CommitConfig(_Model):
+    """The commit protocol (DESIGN invariants 3-7)."""
+
+    mode: Literal["exactly-once", "at-least-once"] = "exactly-once"
+    # records at offsets the table already holds (checkpoint behind the table)
+    on_overlap: Literal["drop", "fail"] = "drop"
+    # fault injection for tests and drills: "<point>:<kill|raise>[@batch],…"
+    faults: str | None = None
+    # finished journal entries kept for inspection
+    journal_retention: int = Field(default=100, ge=0)
+
+
 class MetricsConfig(_Model):
     """Prometheus exporter and health endpoints on the driver."""
 
@@ -161,6 +173,7 @@ class PipelineConfig(_Model):
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    commit: CommitConfig = Field(default_factory=CommitConfig)
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -50,6 +50,18 @@ class CommitError(PipelineError):
     code = "commit"
 
 
+class FencedError(CommitError):
+    """A newer writer epoch owns the table: this writer is a zombie and must stop."""
+
+    code = "fenced"
+
+
+class OverlapError(PipelineError):
+    """The batch re-reads offsets the table already holds and ``onOverlap: fail``."""
+
+    code = "overlap"
+
+
 class EnvironmentProblem(PipelineError):
     """The runtime is missing something (Java, a jar)."""
 

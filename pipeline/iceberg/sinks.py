@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.fs as pafs
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from pipeline.commit.coordinator import Checkpoint
+from pipeline.commit.journal import InstantTimeline, LocalJournalStore
 from pipeline.config import PipelineConfig
+from pipeline.errors import ConfigError
 from pipeline.iceberg.schema import (
     KAFKA_COLUMN_NAMES,
     FieldSpec,
@@ -20,7 +24,7 @@ from pipeline.iceberg.schema import (
     spark_ddl,
 )
 from pipeline.iceberg.table import CommitCheckpoint, IcebergTableSink, load_catalog
-from pipeline.iceberg.writer import write_data_files
+from pipeline.iceberg.writer import deserialize_data_file, write_data_files
 from pipeline.source.offsets import PartitionOffsets, TopicPartition
 from pipeline.spark.writer import TaskPlan
 
@@ -30,6 +34,51 @@ class IcebergCommitter:
 
     def __init__(self, sink: IcebergTableSink) -> None:
         self.sink = sink
+
+    def _fs(self) -> tuple[pafs.FileSystem, str]:
+        return pafs.FileSystem.from_uri(self.sink.table_location())
+
+    def latest_epoch(self, pipeline_id: str) -> int | None:
+        cp = self.sink.latest_checkpoint(pipeline_id)
+        return cp.epoch if cp is not None else None
+
+    def fence(self, pipeline_id: str, epoch: int) -> None:
+        self.sink.fence(pipeline_id, epoch)
+
+    def describe(self, descriptor: bytes) -> tuple[str, int, int]:
+        df = deserialize_data_file(descriptor)
+        return df.file_path, int(df.file_size_in_bytes), int(df.record_count)
+
+    def file_size(self, path: str) -> int | None:
+        fs, local = pafs.FileSystem.from_uri(path)
+        info = fs.get_file_info(local)
+        return int(info.size) if info.type == pafs.FileType.File and info.size is not None else None
+
+    def delete_files(self, paths: Iterable[str]) -> list[str]:
+        deleted = []
+        for path in paths:
+            fs, local = pafs.FileSystem.from_uri(path)
+            try:
+                fs.delete_file(local)
+                deleted.append(path)
+            except FileNotFoundError:
+                pass
+        return deleted
+
+    def orphan_files(self, write_id: str) -> list[str]:
+        """Data files whose name carries ``-<write_id>-`` (our writer's naming)."""
+        fs, root = self._fs()
+        selector = pafs.FileSelector(f"{root}/data", recursive=True, allow_not_found=True)
+        scheme = self.sink.table_location().split("://", 1)[0] + "://"
+        marker = f"-{write_id}-"
+        return [
+            (scheme + i.path if scheme == "file://" else f"{scheme}{i.path}")
+            for i in fs.get_file_info(selector)
+            if i.type == pafs.FileType.File and marker in i.base_name
+        ]
+
+    def journal_root(self, pipeline_id: str) -> str:
+        return f"{self.sink.table_location()}/_ingest/{pipeline_id}"
 
     def is_committed(self, pipeline_id: str, incarnation: str, batch_id: int) -> bool:
         return self.sink.is_committed(pipeline_id, incarnation, batch_id)
@@ -55,6 +104,7 @@ class IcebergCommitter:
                 records=checkpoint.records,
                 data_loss=checkpoint.data_loss or None,
                 dead_letter_records=checkpoint.dead_letter_records,
+                instant=checkpoint.instant,
             ),
         )
 
@@ -105,9 +155,27 @@ class IcebergSinks:
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
         )
 
-    def task_plan(self, write_uuid: str) -> TaskPlan:
+    def timeline(self, pipeline_id: str) -> InstantTimeline:
+        """The instant journal beside the main table (DESIGN: ``<table>/_ingest/``)."""
+        root = self.main.journal_root(pipeline_id)
+        if not root.startswith("file://"):
+            raise ConfigError(
+                f"the instant journal at {root} needs a local/HDFS-style path or an "
+                "S3-compatible store with conditional writes; this build supports file:// "
+                "warehouses (use commit.mode=at-least-once elsewhere, or a local warehouse)"
+            )
+        return InstantTimeline(LocalJournalStore(root[len("file://") :]))
+
+    def task_plan(
+        self,
+        write_uuid: str,
+        drop_below: Mapping[TopicPartition, int] | None = None,
+        faults: str | None = None,
+    ) -> TaskPlan:
         dead: Any = self.dead_letter
         return TaskPlan(
+            drop_below={(tp[0], tp[1]): off for tp, off in (drop_below or {}).items()},
+            faults=faults,
             write_files=write_data_files,
             main_ctx=self.main.sink.write_context(write_uuid),
             main_columns=tuple(f.name for f in self.main_schema.fields),

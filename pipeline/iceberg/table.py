@@ -69,7 +69,7 @@ from tenacity import (
     wait_random,
 )
 
-from pipeline.errors import CommitError, ConfigError, PipelineError
+from pipeline.errors import CommitError, ConfigError, FencedError, PipelineError
 from pipeline.iceberg.writer import WriteContext, deserialize_data_file
 from pipeline.source.offsets import TopicPartition
 
@@ -103,6 +103,7 @@ COMMITTED_OFFSETS_KEY = "ingest.committed-offsets"  # {"topic": {"partition": ne
 RECORDS_KEY = "ingest.records"
 DATA_LOSS_KEY = "ingest.data-loss"  # optional, {"topic": {"partition": [start, end]}} skipped
 DEAD_LETTER_RECORDS_KEY = "ingest.dead-letter-records"  # optional
+INSTANT_KEY = "ingest.instant"  # optional: the journal instant this commit completed
 FENCE_KEY = "ingest.fence"  # "true" on the empty snapshot of IcebergTableSink.fence()
 
 #: Properties every table created here gets (user properties win, except retries).
@@ -115,7 +116,7 @@ DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
 FORCED_TABLE_PROPERTIES: dict[str, str] = {TableProperties.COMMIT_NUM_RETRIES: "0"}
 
 
-class WriterFencedError(CommitError):
+class WriterFencedError(FencedError):
     """A newer writer epoch has committed to the table: this writer is a zombie."""
 
     code = "fenced"
@@ -234,6 +235,7 @@ class CommitCheckpoint:
     records: int
     data_loss: Mapping[TopicPartition, tuple[int, int]] | None = None
     dead_letter_records: int = 0
+    instant: str | None = None
 
     def to_summary(self) -> dict[str, str]:
         """Snapshot summary properties (all strings, JSON for the offset maps)."""
@@ -250,6 +252,8 @@ class CommitCheckpoint:
             summary[DATA_LOSS_KEY] = _ranges_json(self.data_loss)
         if self.dead_letter_records:
             summary[DEAD_LETTER_RECORDS_KEY] = str(int(self.dead_letter_records))
+        if self.instant:
+            summary[INSTANT_KEY] = self.instant
         return summary
 
     @classmethod
@@ -279,6 +283,7 @@ class CommitCheckpoint:
                     else None
                 ),
                 dead_letter_records=int(summary.get(DEAD_LETTER_RECORDS_KEY) or 0),
+                instant=summary.get(INSTANT_KEY) or None,
             )
         except (KeyError, ValueError, TypeError) as e:
             raise CommitError(

@@ -10,7 +10,7 @@ the offsets it saw. Memory stays bounded: rows are flushed to a file every
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +21,7 @@ from pipeline.decode import ERROR_COL
 
 RESULT_DDL = (
     "kind STRING, payload BINARY, topic STRING, partition INT, "
-    "min_offset BIGINT, max_offset BIGINT, records BIGINT"
+    "min_offset BIGINT, max_offset BIGINT, records BIGINT, dropped BIGINT"
 )
 RESULT_SCHEMA = pa.schema(
     [
@@ -32,6 +32,7 @@ RESULT_SCHEMA = pa.schema(
         ("min_offset", pa.int64()),
         ("max_offset", pa.int64()),
         ("records", pa.int64()),
+        ("dropped", pa.int64()),
     ]
 )
 
@@ -49,6 +50,9 @@ class TaskPlan:
     dead_letter_ctx: Any | None
     dead_letter_columns: tuple[str, ...]
     flush_bytes: int = 128 * 1024 * 1024
+    # (topic, partition) -> first offset not yet in the table; rows below are dropped
+    drop_below: dict[tuple[str, int], int] = field(default_factory=dict)
+    faults: str | None = None  # armed fault points (only "mid-write" acts here)
 
 
 class _Buffer:
@@ -76,18 +80,46 @@ class _Buffer:
         self.batches, self.nbytes = [], 0
 
 
-def _stats(batch: pa.RecordBatch, acc: dict[tuple[str, int], list[int]]) -> None:
-    table = pa.Table.from_batches(
-        [batch.select(["_kafka_topic", "_kafka_partition", "_kafka_offset"])]
-    )
-    grouped = table.group_by(["_kafka_topic", "_kafka_partition"]).aggregate(
+def _stats(batch: pa.RecordBatch, acc: dict[tuple[str, int], list[int]], slot: int) -> None:
+    """Per partition: [min offset, max offset, rows written, rows dropped]; ``slot`` 2 or 3."""
+    if batch.num_rows == 0:
+        return
+    cols = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    table = pa.Table.from_batches([batch.select(cols)])
+    grouped = table.group_by(cols[:2]).aggregate(
         [("_kafka_offset", "min"), ("_kafka_offset", "max"), ("_kafka_offset", "count")]
     )
     for row in grouped.to_pylist():
         key = (row["_kafka_topic"], row["_kafka_partition"])
         lo, hi, n = row["_kafka_offset_min"], row["_kafka_offset_max"], row["_kafka_offset_count"]
-        cur = acc.get(key)
-        acc[key] = [lo, hi, n] if cur is None else [min(cur[0], lo), max(cur[1], hi), cur[2] + n]
+        cur = acc.setdefault(key, [lo, hi, 0, 0])
+        cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
+        cur[slot] += n
+
+
+def _drop_committed(
+    batch: pa.RecordBatch, drop_below: dict[tuple[str, int], int]
+) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
+    """Split off rows at offsets the table already holds (self-correction, invariant 5)."""
+    if not drop_below:
+        return batch, None
+    offsets = batch.column("_kafka_offset")
+    keep = None
+    # one vectorised comparison per partition present in the batch (few per task)
+    parts = pa.Table.from_batches([batch.select(["_kafka_topic", "_kafka_partition"])])
+    for key in parts.group_by(["_kafka_topic", "_kafka_partition"]).aggregate([]).to_pylist():
+        floor = drop_below.get((key["_kafka_topic"], key["_kafka_partition"]))
+        if floor is None:
+            continue
+        mine = pc.and_(
+            pc.equal(batch.column("_kafka_topic"), key["_kafka_topic"]),
+            pc.equal(batch.column("_kafka_partition"), key["_kafka_partition"]),
+        )
+        below = pc.and_(mine, pc.less(offsets, floor))
+        keep = pc.invert(below) if keep is None else pc.and_(keep, pc.invert(below))
+    if keep is None or pc.all(keep).as_py():
+        return batch, None
+    return batch.filter(keep), batch.filter(pc.invert(keep))
 
 
 def run_task(
@@ -102,7 +134,12 @@ def run_task(
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        _stats(batch, acc)
+        batch, dropped = _drop_committed(batch, plan.drop_below)
+        if dropped is not None:
+            _stats(dropped, acc, 3)
+        if batch.num_rows == 0:
+            continue
+        _stats(batch, acc, 2)
         bad = pc.is_valid(batch.column(ERROR_COL))
         n_bad = pc.sum(bad).as_py() or 0
         good_batch = batch if n_bad == 0 else batch.filter(pc.invert(bad))
@@ -126,6 +163,7 @@ def run_task(
             "min_offset": v[0],
             "max_offset": v[1],
             "records": v[2],
+            "dropped": v[3],
         }
         for (t, p), v in sorted(acc.items())
     ]
@@ -157,6 +195,11 @@ def make_task_function(
         # taskAttemptId is unique per attempt in the application: retried tasks never
         # overwrite (or get confused with) a failed attempt's files.
         seed = ctx.taskAttemptId() if ctx is not None else 0
+        if plan.faults and ctx is not None and ctx.attemptNumber() == 0:
+            from pipeline.commit.faults import FaultPoints
+
+            # kills this Python worker mid-task: Spark retries the task (no duplicates)
+            FaultPoints(plan.faults).hit("mid-write", None)
         yield from run_task(plan, batches, seed)
 
     return task

@@ -101,12 +101,23 @@ class Checkpoint:
     dead_letter_records: int = 0
     data_loss: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     instant: str | None = None
+    batch_end: PartitionOffsets | None = None  # planned end offsets: part of batch identity
 
 
 class TableCommitter(Protocol):
     """What the coordinator needs from a table-format adapter."""
 
-    def is_committed(self, pipeline_id: str, incarnation: str, batch_id: int) -> bool: ...
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        """Whether (pipeline, incarnation, batch) is committed -- with the same planned end
+        offsets when given: a checkpoint restored from a backup reuses batch ids for other
+        ranges, and such a batch must not be mistaken for the committed one."""
+        ...
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None: ...
 
@@ -263,7 +274,7 @@ class Coordinator:
             if (
                 b is not None
                 and b.pipeline_id == self.pipeline_id
-                and self.main.is_committed(b.pipeline_id, b.incarnation, b.batch_id)
+                and self.main.is_committed(b.pipeline_id, b.incarnation, b.batch_id, inst.end)
             ):
                 self.timeline.complete(inst.time)  # committed; only the marker was missing
                 done.append((inst.time, "completed"))
@@ -340,7 +351,7 @@ class Coordinator:
                 outcome.recovered = recovered
                 return outcome
         t_rec = time.monotonic()
-        if self.main.is_committed(self.pipeline_id, incarnation, batch_id):
+        if self.main.is_committed(self.pipeline_id, incarnation, batch_id, end):
             log.info("batch %d of %s already committed: replay skipped", batch_id, incarnation)
             return BatchOutcome(batch_id, "replay_skipped", recovered=recovered)
         self.check_epoch()
@@ -389,6 +400,7 @@ class Coordinator:
             dead_letter_records=staged.dead_letter_records,
             overlap_dropped=staged.dropped,
             data_loss=loss,
+            end=end,
         )
         self.timeline.precommit(inflight)
         t3 = time.monotonic()
@@ -433,6 +445,7 @@ class Coordinator:
             dead_letter_records=inf.dead_letter_records,
             data_loss=inf.data_loss,
             instant=inf.time,
+            batch_end=inf.end,
         )
 
     def _commit(self, inf: Inflight, batch_id: int) -> BatchOutcome:
@@ -444,7 +457,7 @@ class Coordinator:
         if (
             dead
             and self.dead_letter is not None
-            and not self.dead_letter.is_committed(b.pipeline_id, b.incarnation, b.batch_id)
+            and not self.dead_letter.is_committed(b.pipeline_id, b.incarnation, b.batch_id, inf.end)
         ):
             self.dead_letter.commit(dead, checkpoint)
         self.faults.hit("after-dead-letter-commit", batch_id)
@@ -490,6 +503,7 @@ class Coordinator:
             committed,
             staged.records - staged.dead_letter_records,
             staged.dead_letter_records,
+            batch_end=end,
         )
         if staged.dead_letter_files and self.dead_letter is not None:
             self.dead_letter.commit(staged.dead_letter_files, checkpoint)

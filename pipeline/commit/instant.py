@@ -152,6 +152,7 @@ class Inflight:
     dead_letter_records: int = 0
     overlap_dropped: int = 0
     data_loss: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    end: PartitionOffsets | None = None  # the batch's planned end (part of its identity)
 
     def files_of(self, table: str) -> list[StagedFile]:
         return [f for f in self.files if f.table == table]
@@ -170,6 +171,7 @@ class Inflight:
             "dead_letter_records": self.dead_letter_records,
             "overlap_dropped": self.overlap_dropped,
             "data_loss": _ranges_to_json(self.data_loss),
+            "end": self.end.to_dict() if self.end is not None else None,
         }
 
     @classmethod
@@ -185,6 +187,7 @@ class Inflight:
             dead_letter_records=int(d.get("dead_letter_records", 0)),
             overlap_dropped=int(d.get("overlap_dropped", 0)),
             data_loss=_ranges_from_json(d.get("data_loss", {})),
+            end=PartitionOffsets.from_dict(d["end"]) if d.get("end") is not None else None,
         )
 
 
@@ -201,6 +204,12 @@ class Instant:
     def batch(self) -> BatchIdentity | None:
         src = self.inflight or self.requested
         return src.batch if src else None
+
+    @property
+    def end(self) -> PartitionOffsets | None:
+        if self.inflight is not None and self.inflight.end is not None:
+            return self.inflight.end
+        return self.requested.end if self.requested is not None else None
 
     @property
     def epoch(self) -> int | None:

@@ -12,9 +12,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from pipeline.commit.coordinator import Checkpoint
-from pipeline.commit.journal import InstantTimeline, LocalJournalStore
+from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.s3journal import journal_store_for
 from pipeline.config import PipelineConfig
-from pipeline.errors import ConfigError
+from pipeline.iceberg.fs import filesystem_for
 from pipeline.iceberg.schema import (
     KAFKA_COLUMN_NAMES,
     FieldSpec,
@@ -32,11 +33,15 @@ from pipeline.spark.writer import TaskPlan
 class IcebergCommitter:
     """Adapts an ``IcebergTableSink`` to the coordinator's ``TableCommitter`` protocol."""
 
-    def __init__(self, sink: IcebergTableSink) -> None:
+    def __init__(self, sink: IcebergTableSink, properties: Mapping[str, str] | None = None) -> None:
         self.sink = sink
+        # FileIO-style properties (s3.endpoint, s3.access-key-id, ...) for file operations
+        self.properties: dict[str, str] = dict(
+            properties if properties is not None else getattr(sink.catalog, "properties", {})
+        )
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        return pafs.FileSystem.from_uri(self.sink.table_location())
+        return filesystem_for(self.sink.table_location(), self.properties)
 
     def latest_epoch(self, pipeline_id: str) -> int | None:
         cp = self.sink.latest_checkpoint(pipeline_id)
@@ -50,14 +55,14 @@ class IcebergCommitter:
         return df.file_path, int(df.file_size_in_bytes), int(df.record_count)
 
     def file_size(self, path: str) -> int | None:
-        fs, local = pafs.FileSystem.from_uri(path)
+        fs, local = filesystem_for(path, self.properties)
         info = fs.get_file_info(local)
         return int(info.size) if info.type == pafs.FileType.File and info.size is not None else None
 
     def delete_files(self, paths: Iterable[str]) -> list[str]:
         deleted = []
         for path in paths:
-            fs, local = pafs.FileSystem.from_uri(path)
+            fs, local = filesystem_for(path, self.properties)
             try:
                 fs.delete_file(local)
                 deleted.append(path)
@@ -80,8 +85,14 @@ class IcebergCommitter:
     def journal_root(self, pipeline_id: str) -> str:
         return f"{self.sink.table_location()}/_ingest/{pipeline_id}"
 
-    def is_committed(self, pipeline_id: str, incarnation: str, batch_id: int) -> bool:
-        return self.sink.is_committed(pipeline_id, incarnation, batch_id)
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        return self.sink.is_committed(pipeline_id, incarnation, batch_id, batch_end)
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         cp = self.sink.latest_checkpoint(pipeline_id)
@@ -105,6 +116,7 @@ class IcebergCommitter:
                 data_loss=checkpoint.data_loss or None,
                 dead_letter_records=checkpoint.dead_letter_records,
                 instant=checkpoint.instant,
+                batch_end=dict(checkpoint.batch_end) if checkpoint.batch_end is not None else None,
             ),
         )
 
@@ -158,13 +170,7 @@ class IcebergSinks:
     def timeline(self, pipeline_id: str) -> InstantTimeline:
         """The instant journal beside the main table (DESIGN: ``<table>/_ingest/``)."""
         root = self.main.journal_root(pipeline_id)
-        if not root.startswith("file://"):
-            raise ConfigError(
-                f"the instant journal at {root} needs a local/HDFS-style path or an "
-                "S3-compatible store with conditional writes; this build supports file:// "
-                "warehouses (use commit.mode=at-least-once elsewhere, or a local warehouse)"
-            )
-        return InstantTimeline(LocalJournalStore(root[len("file://") :]))
+        return InstantTimeline(journal_store_for(root, self.main.properties))
 
     def task_plan(
         self,

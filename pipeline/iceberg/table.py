@@ -104,6 +104,9 @@ RECORDS_KEY = "ingest.records"
 DATA_LOSS_KEY = "ingest.data-loss"  # optional, {"topic": {"partition": [start, end]}} skipped
 DEAD_LETTER_RECORDS_KEY = "ingest.dead-letter-records"  # optional
 INSTANT_KEY = "ingest.instant"  # optional: the journal instant this commit completed
+# optional: the batch's planned end offsets (Spark's offset log entry). Part of the batch
+# identity: a restored older checkpoint reuses batch ids for different ranges.
+BATCH_END_KEY = "ingest.batch-end"
 FENCE_KEY = "ingest.fence"  # "true" on the empty snapshot of IcebergTableSink.fence()
 
 #: Properties every table created here gets (user properties win, except retries).
@@ -236,6 +239,7 @@ class CommitCheckpoint:
     data_loss: Mapping[TopicPartition, tuple[int, int]] | None = None
     dead_letter_records: int = 0
     instant: str | None = None
+    batch_end: Mapping[TopicPartition, int] | None = None
 
     def to_summary(self) -> dict[str, str]:
         """Snapshot summary properties (all strings, JSON for the offset maps)."""
@@ -254,6 +258,8 @@ class CommitCheckpoint:
             summary[DEAD_LETTER_RECORDS_KEY] = str(int(self.dead_letter_records))
         if self.instant:
             summary[INSTANT_KEY] = self.instant
+        if self.batch_end is not None:
+            summary[BATCH_END_KEY] = _offsets_json(self.batch_end)
         return summary
 
     @classmethod
@@ -284,6 +290,11 @@ class CommitCheckpoint:
                 ),
                 dead_letter_records=int(summary.get(DEAD_LETTER_RECORDS_KEY) or 0),
                 instant=summary.get(INSTANT_KEY) or None,
+                batch_end=(
+                    _parse_offsets(summary[BATCH_END_KEY], BATCH_END_KEY)
+                    if BATCH_END_KEY in summary
+                    else None
+                ),
             )
         except (KeyError, ValueError, TypeError) as e:
             raise CommitError(
@@ -437,7 +448,12 @@ class IcebergTableSink:
         return None
 
     def _find_batch(
-        self, table: Table, pipeline_id: str, incarnation: str, batch_id: int
+        self,
+        table: Table,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: Mapping[TopicPartition, int] | None = None,
     ) -> Snapshot | None:
         for snapshot in self._ancestry(table):
             summary = _summary_of(snapshot)
@@ -452,6 +468,10 @@ class IcebergTableSink:
             except ValueError:
                 continue
             if found == batch_id:
+                if batch_end is not None and BATCH_END_KEY in summary:
+                    logged = _parse_offsets(summary[BATCH_END_KEY], BATCH_END_KEY)
+                    if logged != {(t, p): o for (t, p), o in batch_end.items()}:
+                        continue  # same id, other range: a restored older checkpoint
                 return snapshot
             if found < batch_id:
                 return None  # batches of one incarnation commit in order: no need to look further
@@ -468,18 +488,29 @@ class IcebergTableSink:
         return dict(checkpoint.committed_offsets) if checkpoint is not None else {}
 
     def committed_snapshot_id(
-        self, pipeline_id: str, incarnation: str, batch_id: int
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: Mapping[TopicPartition, int] | None = None,
     ) -> int | None:
         """The snapshot that committed this batch, if any."""
         table = self.load()
         if table is None:
             return None
-        snapshot = self._find_batch(table, pipeline_id, incarnation, batch_id)
+        snapshot = self._find_batch(table, pipeline_id, incarnation, batch_id, batch_end)
         return snapshot.snapshot_id if snapshot is not None else None
 
-    def is_committed(self, pipeline_id: str, incarnation: str, batch_id: int) -> bool:
-        """True when a snapshot in the ancestry committed (pipeline, incarnation, batch)."""
-        return self.committed_snapshot_id(pipeline_id, incarnation, batch_id) is not None
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: Mapping[TopicPartition, int] | None = None,
+    ) -> bool:
+        """True when a snapshot in the ancestry committed (pipeline, incarnation, batch)
+        -- with the same planned end offsets, when both sides know them."""
+        return self.committed_snapshot_id(pipeline_id, incarnation, batch_id, batch_end) is not None
 
     # -- write ---------------------------------------------------------------------------
 
@@ -679,7 +710,11 @@ class IcebergTableSink:
             self._check_fence(None, checkpoint, precondition)
             return self._create_with_first_commit(files, summary)
         done = self._find_batch(
-            table, checkpoint.pipeline_id, checkpoint.incarnation, checkpoint.batch_id
+            table,
+            checkpoint.pipeline_id,
+            checkpoint.incarnation,
+            checkpoint.batch_id,
+            checkpoint.batch_end,
         )
         if done is not None:
             log.info(

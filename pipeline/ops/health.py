@@ -32,7 +32,7 @@ StartResponse = Callable[..., Any]
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Probes every few seconds would flood the log: log nothing."""
 
 
@@ -52,7 +52,7 @@ def health_app(registry: Collector, readiness: Readiness) -> Callable[..., Itera
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path == "/metrics":
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return metrics_app(environ, start_response)
         text = [("Content-Type", "text/plain; charset=utf-8")]
         if path == "/healthz":
             start_response("200 OK", text)
@@ -87,11 +87,12 @@ class HealthServer:
         self._app = health_app(registry, readiness)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._port = 0
 
     @property
     def port(self) -> int:
         """The bound port (the free port picked for ``port=0``); 0 before ``start()``."""
-        return int(self._server.server_port) if self._server is not None else 0
+        return self._port
 
     @property
     def url(self) -> str:
@@ -122,6 +123,7 @@ class HealthServer:
                 "set metrics.port to a free port (0 picks one) or metrics.enabled=false"
             ) from None
         self._server = server
+        self._port = int(server.server_port)
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.2},

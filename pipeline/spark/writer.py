@@ -216,7 +216,12 @@ def collect_staged(rows: Iterable[Any]) -> StagedBatch:
         elif kind == "stats":
             staged.stats.append(
                 PartitionStats(
-                    r["topic"], r["partition"], r["min_offset"], r["max_offset"], r["records"]
+                    r["topic"],
+                    r["partition"],
+                    r["min_offset"],
+                    r["max_offset"],
+                    r["records"],
+                    r["dropped"] or 0,
                 )
             )
         elif kind == "dead_letter_count":
@@ -235,6 +240,7 @@ def collect_staged(rows: Iterable[Any]) -> StagedBatch:
                 min(m.min_offset, s.min_offset),
                 max(m.max_offset, s.max_offset),
                 m.records + s.records,
+                m.dropped + s.dropped,
             )
         )
     staged.stats = [merged[k] for k in sorted(merged)]

@@ -1,0 +1,109 @@
+# Image of the ingest application: Debian bookworm, Debian's Python 3.11 and OpenJDK 17 JRE,
+# the package with its dependencies (PySpark brings Spark) in a virtualenv at
+# /opt/ingest/venv, running as the unprivileged user "ingest" (uid/gid 10001).
+#
+#   docker build -t kafka-lakehouse-ingest:0.1.0 .          (or: podman/buildah build)
+#   docker run --rm kafka-lakehouse-ingest:0.1.0 --help      (arguments go to `ingest`)
+#
+# The entry point (scripts/container-entrypoint.sh, under tini) runs `ingest ARGS…`, and
+# also starts Spark executors ("executor") and cluster-mode drivers ("driver …") when Spark
+# on Kubernetes launches pods from this image. docs/deploy.md has the details.
+#
+# Build arguments:
+#   BASE_IMAGE   Debian bookworm image (default debian:bookworm-slim; pin it by digest in CI,
+#                e.g. debian:bookworm-slim@sha256:…, for byte-for-byte reproducible bases)
+#   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_CERT
+#                a Python package mirror / a CA bundle (mounted with `--volume` at build
+#                time) for building behind a proxy; used by the build stage only
+#   EXTRA_JARS   space-separated "URL#SHA256" items added to Spark's jars directory, e.g.
+#                the Hudi Spark bundle or hadoop-aws; every download is checked against its
+#                SHA-256 and the build fails on a mismatch or a missing checksum
+ARG BASE_IMAGE=debian:bookworm-slim
+
+# ---- build: the virtualenv ---------------------------------------------------------------
+FROM ${BASE_IMAGE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+# Debian point releases update these packages; the pins keep the major.minor line fixed.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3=3.11.* python3-venv=3.11.* \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONDONTWRITEBYTECODE=1
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_CERT
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY pipeline ./pipeline
+RUN python3 -m venv /opt/ingest/venv \
+ && /opt/ingest/venv/bin/pip install --no-compile . \
+ && site=$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+ && rm -rf "$site"/pyspark/jars/connect-repl "$site"/pyspark/examples \
+           "$site"/pandas/tests "$site"/pyarrow/tests "$site"/numpy/*/tests \
+ && find "$site"/pyspark/bin -name '*.cmd' -delete \
+ && ln -s "$site"/pyspark /opt/ingest/spark
+
+# Byte code compiled once, without timestamps (unchecked-hash), so layers are reproducible
+# and the read-only venv never needs to be written at run time.
+RUN /opt/ingest/venv/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
+      /opt/ingest/venv/lib >/dev/null
+
+# Extra jars (e.g. the Hudi Spark bundle): downloaded with Python, checked against SHA-256.
+ARG EXTRA_JARS=""
+RUN for item in $EXTRA_JARS; do \
+      url="${item%%#*}"; sum="${item#*#}"; \
+      if [ "$sum" = "$item" ] || [ -z "$sum" ]; then \
+        echo "EXTRA_JARS: $url has no #SHA256 checksum" >&2; exit 1; fi; \
+      name="$(basename "${url%%\?*}")"; \
+      /opt/ingest/venv/bin/python -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+        "$url" "/opt/ingest/spark/jars/$name" || exit 1; \
+      echo "$sum  /opt/ingest/spark/jars/$name" | sha256sum --check --strict - || exit 1; \
+    done
+
+COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
+COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py
+COPY --chmod=0644 conf/log4j2.properties conf/spark-defaults.conf /opt/ingest/conf/
+
+# ---- runtime -----------------------------------------------------------------------------
+FROM ${BASE_IMAGE}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="kafka-lakehouse-ingest" \
+      org.opencontainers.image.description="Exactly-once Kafka to Iceberg ingestion on PySpark" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# The JRE's post-install scripts expect the man directory that slim images leave out.
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+      python3=3.11.* openjdk-17-jre-headless=17.* tini=0.19.* \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
+           /var/cache/debconf/*-old /var/lib/dpkg/*-old \
+ && groupadd --system --gid 10001 ingest \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/ingest --create-home \
+      --shell /usr/sbin/nologin ingest
+
+COPY --from=build /opt/ingest /opt/ingest
+
+ENV PATH=/opt/ingest/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    SPARK_HOME=/opt/ingest/spark \
+    SPARK_CONF_DIR=/opt/ingest/conf \
+    PYSPARK_PYTHON=/opt/ingest/venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/ingest/venv/bin/python \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/var/lib/ingest
+
+USER 10001:10001
+WORKDIR /var/lib/ingest
+# Prometheus metrics and /healthz, /readyz (config: metrics.port); Spark driver RPC and
+# block manager ports used by the Helm chart.
+EXPOSE 9108 7078 7079
+ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/opt/ingest/bin/entrypoint"]
+CMD ["--help"]

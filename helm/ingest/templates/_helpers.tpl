@@ -1,0 +1,199 @@
+{{/* Names, labels and the derived pipeline/Spark configuration. */}}
+
+{{- define "ingest.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ingest.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The driver's headless Service; also the executor pod name prefix (≤ 47 chars). */}}
+{{- define "ingest.driverService" -}}
+{{- printf "%s-driver" (include "ingest.fullname" . | trunc 47 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "ingest.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ingest.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ingest.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ingest.labels" -}}
+helm.sh/chart: {{ include "ingest.chart" . }}
+{{ include "ingest.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kafka-lakehouse-ingest
+{{- end -}}
+
+{{- define "ingest.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ingest.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ingest.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ingest.claimName" -}}
+{{- default (printf "%s-state" (include "ingest.fullname" .)) .Values.persistence.existingClaim -}}
+{{- end -}}
+
+{{/* Paths inside the pod */}}
+{{- define "ingest.configDir" -}}/etc/ingest{{- end -}}
+{{- define "ingest.sparkConfDir" -}}/etc/ingest{{- end -}}
+
+{{/* "true" when a pipeline path is a local filesystem path (no URI scheme). */}}
+{{- define "ingest.isLocalPath" -}}
+{{- if or (hasPrefix "file:" .) (not (regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://" .)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* A local path with any file: / file:// prefix removed. */}}
+{{- define "ingest.localPath" -}}
+{{- regexReplaceAll "^file:(//)?" . "" -}}
+{{- end -}}
+
+{{/* "true" when the executors need the state volume: Kubernetes executors write data
+     files into a warehouse that is a local path on that volume. */}}
+{{- define "ingest.executorsMountState" -}}
+{{- if and (eq .Values.spark.mode "kubernetes") .Values.persistence.enabled (include "ingest.isLocalPath" .Values.pipeline.sink.catalog.warehouse) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Cross-field checks that a JSON schema cannot word clearly. Each fails the install with
+one line naming the values to change.
+*/}}
+{{- define "ingest.validate" -}}
+{{- $v := .Values -}}
+{{- $p := $v.pipeline -}}
+{{- $mount := trimSuffix "/" $v.persistence.mountPath -}}
+{{- range $key, $path := dict "pipeline.checkpointLocation" $p.checkpointLocation "pipeline.sink.catalog.warehouse" $p.sink.catalog.warehouse -}}
+{{- if include "ingest.isLocalPath" $path -}}
+{{- if not $v.persistence.enabled -}}
+{{- fail (printf "%s is the local path %q but persistence.enabled is false: exactly-once state would be lost with the pod. Enable persistence (a PVC) or use an object store URI (s3a://…, gs://…)." $key $path) -}}
+{{- end -}}
+{{- $local := include "ingest.localPath" $path -}}
+{{- if not (hasPrefix (printf "%s/" $mount) $local) -}}
+{{- fail (printf "%s (%s) must be under persistence.mountPath (%s), the only durable directory in the pod." $key $path $mount) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (include "ingest.executorsMountState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" $v.persistence.accessModes)) -}}
+{{- fail "persistence.accessModes must include ReadWriteMany: with spark.mode=kubernetes the executor pods write data files into the warehouse on that volume. Alternatively put pipeline.sink.catalog.warehouse on an object store, or use spark.mode=local." -}}
+{{- end -}}
+{{- if and (eq $v.spark.mode "kubernetes") (not $v.rbac.create) (not $v.serviceAccount.name) -}}
+{{- fail "spark.mode=kubernetes with rbac.create=false needs serviceAccount.name: a ServiceAccount allowed to create, watch and delete pods, services, configmaps and persistentvolumeclaims in the release namespace." -}}
+{{- end -}}
+{{- range $k, $val := $p.source.kafka -}}
+{{- if and (regexMatch "(?i)(password|secret|token|key)$" $k) (not (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}$" (toString $val))) -}}
+{{- fail (printf "pipeline.source.kafka.%s holds a literal value: reference a Secret instead (secretEnv: [{name: VAR, secretName: …, key: …}] and %s: ${VAR})." $k $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $val := ($p.sink.catalog.properties | default dict) -}}
+{{- if and (regexMatch "(?i)(password|secret|token|credential)" $k) (not (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}$" (toString $val))) -}}
+{{- fail (printf "pipeline.sink.catalog.properties.%s holds a literal value: reference a Secret instead (secretEnv and ${VAR})." $k) -}}
+{{- end -}}
+{{- end -}}
+{{- with $p.sink.catalog.uri -}}
+{{- if regexMatch "://[^/@:]+:[^@$][^@]*@" . -}}
+{{- fail "pipeline.sink.catalog.uri contains a literal password: write it as ${VAR} (user:${PGPASSWORD}@host) and map VAR from a Secret with secretEnv." -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The pipeline config written to the ConfigMap: the user's pipeline values plus what
+     the chart owns (metrics endpoint, Spark master, driver pod name). */}}
+{{- define "ingest.pipelineConfig" -}}
+{{- $cfg := deepCopy .Values.pipeline -}}
+{{- $spark := deepCopy (default dict $cfg.spark) -}}
+{{- $sparkConf := deepCopy (default dict $spark.conf) -}}
+{{- if eq .Values.spark.mode "kubernetes" -}}
+{{- $_ := set $spark "master" .Values.spark.kubernetesMaster -}}
+{{- /* executors get an owner reference to the driver pod: deleted with it */ -}}
+{{- $_ := set $sparkConf "spark.kubernetes.driver.pod.name" "${POD_NAME}" -}}
+{{- else -}}
+{{- $_ := set $spark "master" .Values.spark.local.master -}}
+{{- end -}}
+{{- $_ := set $spark "conf" $sparkConf -}}
+{{- $_ := set $cfg "spark" $spark -}}
+{{- $_ := set $cfg "metrics" (dict "enabled" true "host" "0.0.0.0" "port" .Values.metrics.port "lagRefreshSeconds" .Values.metrics.lagRefreshSeconds) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* spark-defaults.conf: read by spark-submit when pyspark starts the driver JVM. */}}
+{{- define "ingest.sparkDefaults" -}}
+{{- $s := .Values.spark -}}
+{{- $conf := dict
+  "spark.sql.session.timeZone" "UTC"
+  "spark.sql.execution.arrow.pyspark.enabled" "true"
+  "spark.python.worker.reuse" "true"
+  "spark.ui.showConsoleProgress" "false"
+  "spark.driver.memory" $s.driver.memory
+  "spark.pyspark.python" "/opt/ingest/venv/bin/python"
+  "spark.pyspark.driver.python" "/opt/ingest/venv/bin/python"
+-}}
+{{- if eq $s.mode "kubernetes" -}}
+{{- $svc := include "ingest.driverService" . -}}
+{{- $_ := merge $conf (dict
+  "spark.submit.deployMode" "client"
+  "spark.kubernetes.namespace" .Release.Namespace
+  "spark.kubernetes.container.image" (include "ingest.image" .)
+  "spark.kubernetes.container.image.pullPolicy" .Values.image.pullPolicy
+  "spark.kubernetes.executor.podTemplateFile" (printf "%s/executor-pod-template.yaml" (include "ingest.sparkConfDir" .))
+  "spark.kubernetes.executor.podTemplateContainerName" "executor"
+  "spark.kubernetes.executor.podNamePrefix" (include "ingest.fullname" . | trunc 47 | trimSuffix "-")
+  "spark.kubernetes.executor.deleteOnTermination" "true"
+  "spark.driver.host" (printf "%s.%s.svc" $svc .Release.Namespace)
+  "spark.driver.bindAddress" "0.0.0.0"
+  "spark.driver.port" (toString $s.driver.port)
+  "spark.driver.blockManager.port" (toString $s.driver.blockManagerPort)
+  "spark.executor.cores" (toString $s.executor.cores)
+  "spark.executor.memory" $s.executor.memory
+  "spark.executor.memoryOverhead" $s.executor.memoryOverhead
+  "spark.kubernetes.executor.request.cores" (toString (default $s.executor.cores $s.executor.requestCores))
+) -}}
+{{- with .Values.imagePullSecrets -}}
+{{- $_ := set $conf "spark.kubernetes.container.image.pullSecrets" (join "," .) -}}
+{{- end -}}
+{{- with $s.executor.limitCores -}}
+{{- $_ := set $conf "spark.kubernetes.executor.limit.cores" (toString .) -}}
+{{- end -}}
+{{- if $s.dynamicAllocation.enabled -}}
+{{- $_ := merge $conf (dict
+  "spark.dynamicAllocation.enabled" "true"
+  "spark.dynamicAllocation.shuffleTracking.enabled" "true"
+  "spark.dynamicAllocation.minExecutors" (toString $s.dynamicAllocation.minExecutors)
+  "spark.dynamicAllocation.maxExecutors" (toString $s.dynamicAllocation.maxExecutors)
+) -}}
+{{- else -}}
+{{- $_ := set $conf "spark.executor.instances" (toString $s.executor.instances) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := $s.conf -}}
+{{- $_ := set $conf $k (toString $v) -}}
+{{- end -}}
+# spark-defaults.conf rendered by the ingest chart (spark.mode={{ $s.mode }})
+{{- range $k := keys $conf | sortAlpha }}
+{{ printf "%-50s %s" $k (get $conf $k) }}
+{{- end }}
+{{- end -}}

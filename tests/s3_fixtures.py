@@ -146,6 +146,9 @@ def start_seaweedfs(tmp: Path, *, timeout: float = 20.0) -> Iterator[S3Server]:
         f"-volume.port={volume}",
         f"-volume.port.grpc={volumeg}",
         "-volume.preStopSeconds=0",
+        # every bucket is a collection that grows several volumes: room for many buckets
+        "-volume.max=200",
+        "-master.volumeSizeLimitMB=256",
         f"-filer.port={filer}",
         f"-filer.port.grpc={filerg}",
         "-s3",
@@ -183,8 +186,8 @@ def start_seaweedfs(tmp: Path, *, timeout: float = 20.0) -> Iterator[S3Server]:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+                proc.wait(timeout=3)

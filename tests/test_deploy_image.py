@@ -287,7 +287,8 @@ def _image_script(
 
 def _podman(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env.setdefault("CONTAINERS_CONF", "/var/tmp/ingest-image-cache/containers.conf")
+    cache = env.get("INGEST_IMAGE_CACHE", "/var/tmp/ingest-image-cache")
+    env.setdefault("CONTAINERS_CONF", os.path.join(cache, "containers.conf"))  # image-test.sh
     return subprocess.run(
         ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout
     )

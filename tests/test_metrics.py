@@ -151,7 +151,7 @@ def test_outcomes_counters_and_phases(metrics: PipelineMetrics) -> None:
     assert value(s, "ingest_overlap_dropped_records_total") == 3
     assert value(s, "ingest_data_loss_records_total", topic="a") == 7
     assert value(s, "ingest_data_loss_records_total", topic="b") == 0
-    assert value(s, "ingest_batches_total") == 3
+    assert value(s, "ingest_batches_total") == 4
     assert value(s, "ingest_commits_total", outcome="committed") == 2
     assert value(s, "ingest_commits_total", outcome="replay_skipped") == 1
     assert value(s, "ingest_commits_total", outcome="recommitted") == 1
@@ -544,11 +544,7 @@ def test_prometheus_scrapes_a_running_pipeline(
     cfg = parse_config(
         {
             "id": f"p-{topic}",
-            "source": {
-                "bootstrapServers": kafka_broker.bootstrap_servers,
-                "topics": [topic],
-                "maxRecordsPerTrigger": 1500,
-            },
+            "source": {"bootstrapServers": kafka_broker.bootstrap_servers, "topics": [topic]},
             "decode": {"schema": event_schema_fields()},
             "sink": {"catalog": {"warehouse": str(tmp_path / "warehouse")}, "table": "db.events"},
             "checkpointLocation": str(tmp_path / "checkpoint"),
@@ -560,6 +556,7 @@ def test_prometheus_scrapes_a_running_pipeline(
     metrics = attach(pipeline)
     prom = PrometheusServer(binary, tmp_path, metrics.port)
     results: list[ProduceResult] = [first]
+    producing: list[threading.Thread] = []
     produced = threading.Event()
     ready_seen: list[int] = []
     try:
@@ -569,13 +566,16 @@ def test_prometheus_scrapes_a_running_pipeline(
         assert prom.scalar("up") == 1
 
         def producer() -> None:
-            spec = GeneratorSpec(count=3000, rate=1500, malformed_fraction=0.02, seed=62)
+            spec = GeneratorSpec(count=3000, malformed_fraction=0.02, seed=62)
             results.append(produce(kafka_broker.bootstrap_servers, topic, spec))
             produced.set()
 
         def until(stats: Any) -> bool:
             if not ready_seen or ready_seen[-1] != 200:
                 ready_seen.append(http_get(f"{metrics.url}/readyz")[0])
+            if stats.batches >= 1 and not producing:  # more records once the backlog is in
+                producing.append(threading.Thread(target=producer, daemon=True))
+                producing[0].start()
             if not produced.is_set():
                 return False
             ends: dict[tuple[str, int], int] = {}
@@ -584,9 +584,8 @@ def test_prometheus_scrapes_a_running_pipeline(
                     ends[key] = max(ends.get(key, 0), last + 1)
             return all(stats.committed.get(TopicPartition(*k), 0) >= e for k, e in ends.items())
 
-        threading.Thread(target=producer, daemon=True).start()
         with caplog.at_level(logging.INFO, logger=BATCH_LOGGER):
-            stats = pipeline.run(until=until, timeout_s=60)
+            stats = pipeline.run(until=until, timeout_s=90)
         assert produced.is_set() and until(stats), stats
         assert 200 in ready_seen
 
@@ -620,6 +619,7 @@ def test_prometheus_scrapes_a_running_pipeline(
         assert len(lines) == committed
         assert sum(d["records"] for d in lines) == rows
         assert all(d["instant"] and d["bytes"] and "write" in d["phases_seconds"] for d in lines)
+        assert {d["epoch"] for d in lines} == {pipeline.coordinator.epoch}
     finally:
         metrics.stop()
         prom.stop()

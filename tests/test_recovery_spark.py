@@ -37,8 +37,11 @@ def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any])
         "id": f"p-{topic}",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
         "decode": {"schema": event_schema_fields()},
-        "sink": {"catalog": catalog, "table": f"db_{topic.replace('-', '_')}.events",
-                 "partitionBy": ["day(ts)"]},
+        "sink": {
+            "catalog": catalog,
+            "table": f"db_{topic.replace('-', '_')}.events",
+            "partitionBy": ["day(ts)"],
+        },
         "checkpointLocation": str(tmp / "checkpoint"),
         "trigger": {"mode": "available-now"},
         "spark": {"master": "local[2]"},
@@ -56,7 +59,11 @@ def _run(config: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
         env["INGEST_FAULT"] = fault
     return subprocess.run(
         [sys.executable, "-m", "pipeline", "run", "--config", str(config)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
     )
 
 
@@ -93,14 +100,21 @@ def test_driver_killed_at_every_fault_point(
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, catalog)
     results = []
     for i, (fault, _) in enumerate(CHAIN):
-        results.append(produce(kafka_broker.bootstrap_servers, topic,
-                               GeneratorSpec(count=600, malformed_fraction=0.05, seed=100 + i)))
+        results.append(
+            produce(
+                kafka_broker.bootstrap_servers,
+                topic,
+                GeneratorSpec(count=600, malformed_fraction=0.05, seed=100 + i),
+            )
+        )
         r = _run(config, fault)
         assert r.returncode == -signal.SIGKILL, (fault, r.returncode, r.stderr[-2000:])
     files_before = _data_files(tmp_path / "warehouse")
     r = _run(config, None)  # recovers the last instant, then drains
     assert r.returncode == 0, r.stderr[-3000:]
-    results.append(produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=99)))
+    results.append(
+        produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=99))
+    )
     r = _run(config, None)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -130,8 +144,9 @@ def _load(config: Path) -> Any:
 def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     topic = unique_topic("recommit")
     kafka_broker.create_topic(topic, 2)
-    config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic,
-                          {"warehouse": str(tmp_path / "warehouse")})
+    config = _config_file(
+        tmp_path, kafka_broker.bootstrap_servers, topic, {"warehouse": str(tmp_path / "warehouse")}
+    )
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=800, seed=21))
     r = _run(config, "after-precommit:kill")
     assert r.returncode == -signal.SIGKILL
@@ -141,6 +156,14 @@ def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Pa
     assert p.timeline is not None
     (pending,) = p.timeline.pending()
     assert pending.state is InstantState.INFLIGHT
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    st = subprocess.run(
+        [sys.executable, "-m", "pipeline", "status", "--config", str(config)],
+        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+    )
+    assert st.returncode == 0, st.stderr
+    assert "writer epoch: 1" in st.stdout and pending.time in st.stdout, st.stdout
+    assert "inflight" in st.stdout and "committed offsets" not in st.stdout  # no commit yet
     r = _run(config, None)
     assert r.returncode == 0, r.stderr[-3000:]
     # the same files were committed; the workers did not run again

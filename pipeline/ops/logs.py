@@ -40,6 +40,7 @@ def batch_log_line(
     *,
     pipeline_id: str | None = None,
     bytes_written: int | None = None,
+    epoch: int | None = None,
     now: datetime | None = None,
 ) -> str:
     """The JSON line for one batch outcome (a ``BatchOutcome`` or anything shaped like it).
@@ -47,14 +48,16 @@ def batch_log_line(
     Read from ``outcome``: ``batch_id``, ``outcome``, ``records``, ``dead_letter_records``,
     ``files``, ``ranges`` (only their count is logged), ``timings`` (phase -> seconds) and,
     when the coordinator provides them, ``instant``, ``epoch`` and ``bytes`` /
-    ``topic_bytes``. ``bytes_written`` overrides the bytes read from the outcome.
+    ``topic_bytes``. ``bytes_written`` / ``epoch`` are used when the outcome has none.
     """
     timings: Mapping[str, float] = getattr(outcome, "timings", None) or {}
-    if bytes_written is None:
-        bytes_written = _int_or_none(getattr(outcome, "bytes", None))
-        topic_bytes = getattr(outcome, "topic_bytes", None)
-        if bytes_written is None and topic_bytes:
-            bytes_written = sum(int(v) for v in topic_bytes.values())
+    nbytes = _int_or_none(getattr(outcome, "bytes", None))
+    topic_bytes = getattr(outcome, "topic_bytes", None)
+    if nbytes is None and topic_bytes:
+        nbytes = sum(int(v) for v in topic_bytes.values())
+    if nbytes is None:
+        nbytes = bytes_written
+    outcome_epoch = getattr(outcome, "epoch", None)
     ts = (now or datetime.now(UTC)).astimezone(UTC)
     line: dict[str, Any] = {
         "ts": ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z",
@@ -65,10 +68,10 @@ def batch_log_line(
         "outcome": str(getattr(outcome, "outcome", "unknown")),
         "records": int(getattr(outcome, "records", 0) or 0),
         "dead_letter_records": int(getattr(outcome, "dead_letter_records", 0) or 0),
-        "bytes": bytes_written,
+        "bytes": nbytes,
         "files": int(getattr(outcome, "files", 0) or 0),
         "partitions": len(getattr(outcome, "ranges", None) or {}),
-        "epoch": _int_or_none(getattr(outcome, "epoch", None)),
+        "epoch": _int_or_none(outcome_epoch if outcome_epoch is not None else epoch),
         "duration_seconds": round(sum(float(v) for v in timings.values()), 6),
         "phases_seconds": {str(k): round(float(v), 6) for k, v in timings.items()},
     }

@@ -113,8 +113,8 @@ OUTCOME_ALIASES: dict[str, str] = {
 }
 #: Outcomes that made records visible in the table.
 COMMITTING_OUTCOMES = frozenset({"committed", "recommitted"})
-#: Outcomes that count as a processed micro-batch (``ingest_batches_total``).
-BATCH_OUTCOMES = frozenset({"committed", "replay_skipped"})
+#: Outcomes that complete a Spark micro-batch (``ingest_batches_total``).
+BATCH_OUTCOMES = frozenset({"committed", "recommitted", "replay_skipped"})
 #: Values of ``ingest_phase_duration_seconds{phase}`` (anything else is dropped).
 PHASES: tuple[str, ...] = ("write", "precommit", "commit", "recovery")
 #: Label value standing in for topics / partitions beyond the cardinality caps.
@@ -323,7 +323,7 @@ class PipelineMetrics:
         )
         self.batches = Counter(
             "ingest_batches",
-            "Micro-batches the coordinator completed (committed or replay-skipped).",
+            "Micro-batches the coordinator completed (committed, recommitted or replay-skipped).",
             registry=r,
         )
         self.commits = Counter(
@@ -472,8 +472,9 @@ class PipelineMetrics:
         """Account one coordinator result (a ``BatchOutcome``; recovered instants too).
 
         ``committed`` / ``recommitted``: records, bytes, dead letters, data loss, last
-        commit time, committed offsets (lag). ``committed`` / ``replay_skipped``: one more
-        batch. Every outcome: ``commits_total{outcome}`` and the phase timings. Clears a
+        commit time, committed offsets (lag). ``committed`` / ``recommitted`` /
+        ``replay_skipped``: one more batch. Every outcome: ``commits_total{outcome}``,
+        rolled-back instants listed in ``recovered``, the phase timings. Clears a
         previous failure (readiness) unless the outcome is ``failed`` / ``fenced``.
         ``bytes_written`` (total data-file bytes) is used when the outcome has no
         ``topic_bytes`` / ``bytes``.
@@ -972,7 +973,14 @@ def attach(pipeline: Pipeline, *, serve: bool | None = None, wrap: bool = True) 
         except Exception:
             log.warning("metrics: could not account batch %s", outcome.batch_id, exc_info=True)
         try:
-            batch_log.info(batch_log_line(outcome, pipeline_id=cfg.id, bytes_written=nbytes))
+            epoch = getattr(getattr(pipeline, "coordinator", None), "epoch", None)
+            line = batch_log_line(
+                outcome,
+                pipeline_id=cfg.id,
+                bytes_written=nbytes,
+                epoch=epoch if isinstance(epoch, int) else None,
+            )
+            batch_log.info(line)
         except Exception:
             log.warning("could not log batch %s", outcome.batch_id, exc_info=True)
         if previous is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -17,6 +18,7 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
 
     sinks = IcebergSinks.from_config(cfg)
     table = sinks.main.table()
+    _print_journal(cfg, sinks, console)
     if table is None:
         console.print(f"table {cfg.sink.table} does not exist yet (nothing committed)")
         return
@@ -56,4 +58,32 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
         end = ends.get((topic, part))
         lag = "-" if end is None else str(max(0, end - off))
         rt.add_row(topic, str(part), str(off), "-" if end is None else str(end), lag)
+    console.print(rt)
+
+
+def _print_journal(cfg: PipelineConfig, sinks: Any, console: Console) -> None:
+    if cfg.commit.mode != "exactly-once":
+        console.print("commit mode at-least-once: no instant journal, no fencing")
+        return
+    timeline = sinks.timeline(cfg.id)
+    epochs = timeline.epochs()
+    console.print(f"writer epoch: {epochs[-1] if epochs else 'none acquired yet'}")
+    pending = timeline.pending()
+    if not pending:
+        console.print("pending instants: none")
+        return
+    rt = RichTable(title="pending instants (finished by the next run's recovery)")
+    for col in ("instant", "state", "batch", "incarnation", "epoch", "staged files"):
+        rt.add_column(col)
+    for inst in pending:
+        b = inst.batch
+        files = len(inst.inflight.files) if inst.inflight else "-"
+        rt.add_row(
+            inst.time,
+            inst.state.value,
+            str(b.batch_id) if b else "?",
+            b.incarnation if b else "?",
+            str(inst.epoch),
+            str(files),
+        )
     console.print(rt)

@@ -150,22 +150,41 @@ class MemTable:
                 return s.checkpoint
         return None
 
-    def _find_batch(self, pipeline_id: str, incarnation: str, batch_id: int) -> Snapshot | None:
-        # the adapter's ancestry walk, early stop included
+    def _find_batch(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: Mapping[TopicPartition, int] | None,
+    ) -> Snapshot | None:
+        # the adapter's ancestry walk: fences skipped, planned end compared when both sides
+        # know it (a restored checkpoint reuses batch ids), early stop included
         for s in reversed(self.snapshots):
             cp = s.checkpoint
             if s.fence or cp.pipeline_id != pipeline_id or cp.incarnation != incarnation:
                 continue
             if cp.batch_id == batch_id:
+                if (
+                    batch_end is not None
+                    and cp.batch_end is not None
+                    and dict(cp.batch_end) != dict(batch_end)
+                ):
+                    continue
                 return s
             if cp.batch_id < batch_id:
                 return None
         return None
 
-    def is_committed(self, pipeline_id: str, incarnation: str, batch_id: int) -> bool:
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
         self._at("is_committed")
         with self._lock:
-            return self._find_batch(pipeline_id, incarnation, batch_id) is not None
+            return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         self._at("committed_offsets")
@@ -203,7 +222,10 @@ class MemTable:
                 base, base_exists = self._head(), self.exists
                 if base_exists:
                     done = self._find_batch(
-                        checkpoint.pipeline_id, checkpoint.incarnation, checkpoint.batch_id
+                        checkpoint.pipeline_id,
+                        checkpoint.incarnation,
+                        checkpoint.batch_id,
+                        checkpoint.batch_end,
                     )
                     if done is not None:
                         self._record(checkpoint, "duplicate", base)
@@ -317,7 +339,9 @@ class FakeKafka:
         return [o for o in self.logs.get(tp, []) if start <= o < end]
 
     def records(self, end: Mapping[TopicPartition, int], start: int = 0) -> list[Rec]:
-        return sorted((tp.topic, tp.partition, o) for tp, e in end.items() for o in self.read(tp, start, e))
+        return sorted(
+            (tp.topic, tp.partition, o) for tp, e in end.items() for o in self.read(tp, start, e)
+        )
 
     def good(self, end: Mapping[TopicPartition, int]) -> list[Rec]:
         return [r for r in self.records(end) if r not in self.bad]
@@ -393,7 +417,9 @@ class FakeWorkers:
 
         return write
 
-    def _stage(self, table: MemTable, write_id: str, recs: list[Rec], call: WriteCall) -> list[bytes]:
+    def _stage(
+        self, table: MemTable, write_id: str, recs: list[Rec], call: WriteCall
+    ) -> list[bytes]:
         if not recs:
             return []
         n = min(self.files_per_partition, len(recs))

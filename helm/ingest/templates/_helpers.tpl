@@ -104,7 +104,14 @@ one line naming the values to change.
 {{- if and (eq $v.spark.mode "kubernetes") (not $v.rbac.create) (not $v.serviceAccount.name) -}}
 {{- fail "spark.mode=kubernetes with rbac.create=false needs serviceAccount.name: a ServiceAccount allowed to create, watch and delete pods, services, configmaps and persistentvolumeclaims in the release namespace." -}}
 {{- end -}}
-{{- range $k, $val := $p.source.kafka -}}
+{{- $subs := list -}}
+{{- range $k := list "topics" "assign" "topicPattern" -}}
+{{- if get $p.source $k -}}{{- $subs = append $subs (printf "pipeline.source.%s" $k) -}}{{- end -}}
+{{- end -}}
+{{- if ne (len $subs) 1 -}}
+{{- fail (printf "set exactly one of pipeline.source.topics, pipeline.source.assign, pipeline.source.topicPattern (got: %s). Values files merge with the chart's defaults: to use assign or topicPattern, also set pipeline.source.topics: null." (join ", " $subs | default "none")) -}}
+{{- end -}}
+{{- range $k, $val := ($p.source.kafka | default dict) -}}
 {{- if and (regexMatch "(?i)(password|secret|token|key)$" $k) (not (regexMatch "^\\$\\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\\}$" (toString $val))) -}}
 {{- fail (printf "pipeline.source.kafka.%s holds a literal value: reference a Secret instead (secretEnv: [{name: VAR, secretName: …, key: …}] and %s: ${VAR})." $k $k) -}}
 {{- end -}}
@@ -149,8 +156,6 @@ one line naming the values to change.
   "spark.python.worker.reuse" "true"
   "spark.ui.showConsoleProgress" "false"
   "spark.driver.memory" $s.driver.memory
-  "spark.pyspark.python" "/opt/ingest/venv/bin/python"
-  "spark.pyspark.driver.python" "/opt/ingest/venv/bin/python"
 -}}
 {{- if eq $s.mode "kubernetes" -}}
 {{- $svc := include "ingest.driverService" . -}}

@@ -1,0 +1,247 @@
+"""Writer-epoch fencing with real pyiceberg catalogs (SQLite, PostgreSQL) and real drivers.
+
+* Deterministic race: the zombie loaded the table for its commit *before* the new owner's
+  fence and commits *after* it. Its append must be refused (not rebased, which is what
+  pyiceberg's own retry would do) and the new owner then finishes the batch.
+* Two real drivers (`ingest run` processes) on one pipeline: the older is fenced and
+  exits non-zero with a clear line; no record is committed twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+from conftest import postgres_uri
+from kafka_fixtures import KafkaTestBroker, unique_topic
+from test_pipeline_iceberg import coords, produced
+
+from pipeline.commit.coordinator import Coordinator, PartitionStats, StagedBatch
+from pipeline.config import parse_config
+from pipeline.errors import FencedError
+from pipeline.iceberg.sinks import IcebergCommitter, IcebergSinks
+from pipeline.iceberg.writer import write_data_files
+from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.source.offsets import PartitionOffsets, TopicPartition
+
+ROOT = Path(__file__).resolve().parent.parent
+TP = TopicPartition("events", 0)
+
+
+def _cfg(tmp: Path, catalog: dict[str, Any], name: str) -> Any:
+    return parse_config(
+        {
+            "id": f"fence-{name}",
+            "source": {"bootstrapServers": "unused:9092", "topics": ["events"]},
+            "decode": {"schema": [{"name": "a", "type": "string"}]},
+            "sink": {"catalog": catalog, "table": f"db_{name}.events"},
+            "checkpointLocation": str(tmp / "ckpt"),
+        }
+    )
+
+
+def _writer(sinks: IcebergSinks, first: int, last: int, on_write: Any = None) -> Any:
+    """A worker stand-in that stages a real Parquet data file of offsets [first, last)."""
+
+    def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
+        if on_write is not None:
+            on_write()
+        n = last - first
+        batch = pa.record_batch(
+            {
+                "a": pa.array([f"v{i}" for i in range(first, last)]),
+                "_kafka_topic": pa.array([TP.topic] * n),
+                "_kafka_partition": pa.array([TP.partition] * n, pa.int32()),
+                "_kafka_offset": pa.array(range(first, last), pa.int64()),
+                "_kafka_timestamp": pa.array([None] * n, pa.timestamp("us", tz="UTC")),
+            }
+        )
+        ctx = sinks.main.sink.write_context(write_id)
+        files = write_data_files(ctx, [batch], 0)
+        return StagedBatch(
+            data_files=files, stats=[PartitionStats(TP.topic, 0, first, last - 1, n)]
+        )
+
+    return write
+
+
+def _offsets_in_table(sinks: IcebergSinks) -> Counter[int]:
+    table = sinks.main.table()
+    assert table is not None
+    return Counter(
+        table.scan(selected_fields=("_kafka_offset",)).to_arrow()["_kafka_offset"].to_pylist()
+    )
+
+
+class _RacingCommitter(IcebergCommitter):
+    """Lets the test act between the zombie's table load and its catalog commit."""
+
+    def __init__(self, sink: Any, between: Any) -> None:
+        super().__init__(sink)
+        self.between = between
+
+    def commit(self, files: list[bytes], checkpoint: Any) -> None:
+        from pipeline.iceberg.table import CommitCheckpoint
+
+        fired = []
+
+        def precondition(latest: CommitCheckpoint | None) -> None:
+            if not fired:  # first attempt: the zombie has loaded table metadata
+                fired.append(True)
+                self.between()
+
+        self.sink.commit(
+            files,
+            CommitCheckpoint(
+                pipeline_id=checkpoint.pipeline_id,
+                incarnation=checkpoint.incarnation,
+                batch_id=checkpoint.batch_id,
+                epoch=checkpoint.epoch,
+                ranges=checkpoint.ranges,
+                committed_offsets=dict(checkpoint.committed),
+                records=checkpoint.records,
+                instant=checkpoint.instant,
+                batch_end=dict(checkpoint.batch_end) if checkpoint.batch_end else None,
+            ),
+            precondition=precondition,
+        )
+
+
+@pytest.mark.parametrize("catalog_kind", ["sqlite", "postgresql"])
+def test_zombie_loaded_before_fence_commits_after_it_is_refused(
+    tmp_path: Path, catalog_kind: str
+) -> None:
+    catalog: dict[str, Any] = {"warehouse": str(tmp_path / "wh")}
+    name = f"z{os.getpid()}_{catalog_kind}_{int(time.time() * 1000) % 10**8}"
+    if catalog_kind == "postgresql":
+        uri = postgres_uri()
+        if uri is None:
+            pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
+        catalog = {**catalog, "name": name, "uri": uri}
+    cfg = _cfg(tmp_path, catalog, name)
+    inc = "incarnation-1"
+
+    zombie_sinks = IcebergSinks.from_config(cfg)
+    zombie = Coordinator(cfg.id, zombie_sinks.main, None, timeline=zombie_sinks.timeline(cfg.id))
+    zombie.acquire_epoch("zombie")
+    out = zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
+    assert out.outcome == "committed"
+
+    owner_sinks = IcebergSinks.from_config(cfg)
+    owner = Coordinator(cfg.id, owner_sinks.main, None, timeline=owner_sinks.timeline(cfg.id))
+    racing = _RacingCommitter(zombie_sinks.main.sink, lambda: owner.acquire_epoch("owner"))
+    zombie.main = racing
+    start, end = PartitionOffsets({TP: 100}), PartitionOffsets({TP: 250})
+    with pytest.raises(FencedError, match="epoch"):
+        zombie.run_batch(inc, 1, start, end, _writer(zombie_sinks, 100, 250))
+    assert owner.epoch > zombie.epoch
+    assert _offsets_in_table(owner_sinks) == Counter(range(100))  # refused, not rebased
+
+    # The new owner replays batch 1 (same checkpoint): the zombie's precommitted instant
+    # is recommitted under the owner's epoch, without running the workers again.
+    calls: list[int] = []
+    out = owner.run_batch(
+        inc, 1, start, end, _writer(owner_sinks, 100, 250, lambda: calls.append(1))
+    )
+    assert out.outcome == "recommitted" and not calls
+    assert _offsets_in_table(owner_sinks) == Counter(range(250))
+    # and the zombie stays fenced for good
+    with pytest.raises(FencedError):
+        zombie.run_batch(inc, 2, end, PartitionOffsets({TP: 300}), _writer(zombie_sinks, 250, 300))
+    assert _offsets_in_table(owner_sinks) == Counter(range(250))
+
+
+def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any]) -> Path:
+    cfg = {
+        "id": f"two-{topic}",
+        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "decode": {"schema": event_schema_fields()},
+        "sink": {"catalog": catalog, "table": f"db_{topic.replace('-', '_')}.events"},
+        "checkpointLocation": str(tmp / "checkpoint"),
+        "trigger": {"mode": "processing-time", "interval": "1 second"},
+        "spark": {"master": "local[2]"},
+        "metrics": {"enabled": False},
+    }
+    path = tmp / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_second_driver_fences_the_first(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
+    uri = postgres_uri()
+    catalog: dict[str, Any] = {"warehouse": str(tmp_path / "wh")}
+    if uri is not None:  # real concurrent commits through PostgreSQL when it is there
+        catalog = {**catalog, "name": f"two_{os.getpid()}", "uri": uri}
+    topic = unique_topic("two")
+    kafka_broker.create_topic(topic, 2)
+    config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, catalog)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
+    cmd = [sys.executable, "-m", "pipeline", "run", "--config", str(config)]
+    results = [produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=500, seed=41))]
+    first = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    second: subprocess.Popen[str] | None = None
+    try:
+        cfg = _load(config)
+        _wait(lambda: _committed_rows(cfg) >= 500, 120, "first driver's first commit")
+        second = subprocess.Popen(
+            cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for seed in range(42, 48):  # keep data flowing while the takeover happens
+            results.append(
+                produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=200, seed=seed))
+            )
+            time.sleep(1.0)
+        _, err = first.communicate(timeout=120)
+        assert first.returncode == 2, err[-3000:]
+        last = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+        assert last and "epoch" in last[-1], err[-3000:]
+        assert "superseded" in last[-1] or "must stop" in last[-1], last[-1]
+        total = sum(r.produced for r in results)
+        _wait(lambda: _committed_rows(cfg) >= total, 120, "second driver catching up")
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    from pipeline.app import Pipeline
+
+    assert coords(Pipeline(cfg)) == produced(*results)
+
+
+def _load(config: Path) -> Any:
+    from pipeline.config import load_config
+
+    return load_config(config)
+
+
+def _committed_rows(cfg: Any) -> int:
+    sinks = IcebergSinks.from_config(cfg)
+    total = 0
+    for c in (sinks.main, sinks.dead_letter):
+        t = c.table() if c is not None else None
+        if t is not None:
+            total += len(t.scan(selected_fields=("_kafka_offset",)).to_arrow())
+    return total
+
+
+def _wait(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -27,7 +27,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # Debian point releases update these packages; the pins keep the major.minor line fixed.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3=3.11.* python3-venv=3.11.* \
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -83,7 +83,7 @@ RUN mkdir -p /usr/share/man/man1 \
  && apt-get update \
  && apt-get install -y --no-install-recommends \
       python3=3.11.* openjdk-17-jre-headless=17.* tini=0.19.* \
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
            /var/cache/debconf/*-old /var/lib/dpkg/*-old \
  && groupadd --system --gid 10001 ingest \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/ingest --create-home \

@@ -101,6 +101,21 @@ if [ -z "$SUBMIT" ]; then
   else SUBMIT="$ROOT/.venv/bin/spark-submit"; fi
 fi
 
+# pyspark's pip-installed spark-submit finds SPARK_HOME through a Python that has pyspark;
+# the driver of a local/client-mode job runs on that Python too unless told otherwise.
+if [ -z "${SPARK_HOME:-}" ]; then
+  for py in "$(dirname "$SUBMIT")/python" "$ROOT/.venv/bin/python" python3; do
+    if home="$("$py" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))' 2>/dev/null)"; then
+      export SPARK_HOME="$home"
+      if [ "$deploy_mode" = client ] && [ -z "${PYSPARK_DRIVER_PYTHON:-}" ]; then
+        PYSPARK_DRIVER_PYTHON="$(command -v "$py")"
+        export PYSPARK_DRIVER_PYTHON
+      fi
+      break
+    fi
+  done
+fi
+
 cmd=("$SUBMIT" --master "$master" --deploy-mode "$deploy_mode" --name "ingest"
      --properties-file "$properties")
 

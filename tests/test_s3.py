@@ -569,74 +569,105 @@ def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_pa
 # ---------------------------------------------------------------------------------------
 
 
+def s3_pipeline_config(
+    server: S3Server, tmp: Path, bootstrap: str, topic: str, **source: Any
+) -> Any:
+    from pipeline.config import parse_config
+    from pipeline.kafka.generator import event_schema_fields
+
+    return parse_config(
+        {
+            "id": f"p-{topic}",
+            "source": {"bootstrapServers": bootstrap, "topics": [topic], **source},
+            "decode": {"schema": event_schema_fields()},
+            "sink": {
+                "catalog": {
+                    "name": f"s3_{uuid.uuid4().hex[:6]}",
+                    "uri": f"sqlite:///{tmp}/catalog.db",  # the catalog database stays local
+                    "warehouse": f"s3://{server.new_bucket('pipe')}/wh",
+                    "properties": server.properties(),
+                },
+                "table": "db.events",
+                "partitionBy": ["day(ts)"],
+            },
+            # Spark's own checkpoint stays local: on S3 it would need hadoop-aws
+            "checkpointLocation": str(tmp / "checkpoint"),
+            "trigger": {"mode": "available-now"},
+        }
+    )
+
+
+def with_faults(cfg: Any, faults: str) -> Any:
+    return cfg.model_copy(update={"commit": cfg.commit.model_copy(update={"faults": faults})})
+
+
+def coords(p: Any) -> Counter[tuple[str, int, int]]:
+    """(topic, partition, offset) over the main and dead-letter tables, with multiplicity."""
+    out: Counter[tuple[str, int, int]] = Counter()
+    for committer in (p.sinks.main, p.sinks.dead_letter):
+        table = committer.table() if committer else None
+        if table is None:
+            continue
+        t = table.scan(
+            selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
+        ).to_arrow()
+        out.update(
+            zip(
+                t["_kafka_topic"].to_pylist(),
+                t["_kafka_partition"].to_pylist(),
+                t["_kafka_offset"].to_pylist(),
+                strict=True,
+            )
+        )
+    return out
+
+
+def produced(*results: Any) -> Counter[tuple[str, int, int]]:
+    return Counter(
+        (t, p, o) for r in results for (t, p), (a, b) in r.offsets.items() for o in range(a, b + 1)
+    )
+
+
+def s3_data_files(p: Any) -> set[str]:
+    """Every Parquet file under the main and dead-letter tables' data/ on S3."""
+    import pyarrow.fs as pafs
+
+    out: set[str] = set()
+    for committer in (p.sinks.main, p.sinks.dead_letter):
+        location = committer.sink.table_location()
+        fs, root = filesystem_for(f"{location}/data", committer.properties)
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        out |= {
+            f"s3://{i.path}"
+            for i in fs.get_file_info(selector)
+            if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+        }
+    return out
+
+
+def live_files(p: Any) -> set[str]:
+    """The data files the tables' current snapshots reference."""
+    out: set[str] = set()
+    for committer in (p.sinks.main, p.sinks.dead_letter):
+        table = committer.table()
+        if table is not None and table.current_snapshot() is not None:
+            out |= {task.file.file_path for task in table.scan().plan_files()}
+    return out
+
+
 def test_pipeline_exactly_once_with_warehouse_on_s3(
     spark: Any, kafka_broker: Any, s3_server: S3Server, tmp_path: Path
 ) -> None:
     from kafka_fixtures import unique_topic
 
     from pipeline.app import Pipeline
-    from pipeline.config import parse_config
-    from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+    from pipeline.kafka.generator import GeneratorSpec, produce
 
-    wh_bucket = s3_server.new_bucket("pipe")
     topic = unique_topic("s3")
     kafka_broker.create_topic(topic, 3)
-    r1 = produce(
-        kafka_broker.bootstrap_servers,
-        topic,
-        GeneratorSpec(count=2000, malformed_fraction=0.05, seed=21),
-    )
-    cfg = parse_config(
-        {
-            "id": f"p-{topic}",
-            "source": {
-                "bootstrapServers": kafka_broker.bootstrap_servers,
-                "topics": [topic],
-                "maxRecordsPerTrigger": 800,
-            },
-            "decode": {"schema": event_schema_fields()},
-            "sink": {
-                "catalog": {
-                    "name": f"s3_{uuid.uuid4().hex[:6]}",
-                    "uri": f"sqlite:///{tmp_path}/catalog.db",
-                    "warehouse": f"s3://{wh_bucket}/wh",
-                    "properties": s3_server.properties(),
-                },
-                "table": "db.events",
-                "partitionBy": ["day(ts)"],
-            },
-            # Spark's own checkpoint stays local: on S3 it would need hadoop-aws
-            "checkpointLocation": str(tmp_path / "checkpoint"),
-            "trigger": {"mode": "available-now"},
-        }
-    )
-
-    def coords(p: Pipeline) -> Counter[tuple[str, int, int]]:
-        out: Counter[tuple[str, int, int]] = Counter()
-        for committer in (p.sinks.main, p.sinks.dead_letter):
-            table = committer.table() if committer else None
-            if table is None:
-                continue
-            t = table.scan(
-                selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
-            ).to_arrow()
-            out.update(
-                zip(
-                    t["_kafka_topic"].to_pylist(),
-                    t["_kafka_partition"].to_pylist(),
-                    t["_kafka_offset"].to_pylist(),
-                    strict=True,
-                )
-            )
-        return out
-
-    def produced(*results: Any) -> Counter[tuple[str, int, int]]:
-        return Counter(
-            (t, p, o)
-            for r in results
-            for (t, p), (a, b) in r.offsets.items()
-            for o in range(a, b + 1)
-        )
+    bootstrap = kafka_broker.bootstrap_servers
+    r1 = produce(bootstrap, topic, GeneratorSpec(count=2000, malformed_fraction=0.05, seed=21))
+    cfg = s3_pipeline_config(s3_server, tmp_path, bootstrap, topic, maxRecordsPerTrigger=800)
 
     p1 = Pipeline(cfg, spark)
     stats = p1.run()
@@ -646,14 +677,61 @@ def test_pipeline_exactly_once_with_warehouse_on_s3(
     assert p1.timeline.pending() == []
     assert {i.state for i in p1.timeline.instants()} == {InstantState.COMPLETED}
     first_epoch = max(p1.timeline.epochs())
+    assert s3_data_files(p1) == live_files(p1)
 
     # lose the checkpoint: the table on S3 is authoritative, nothing lost, nothing twice
     import shutil
 
     shutil.rmtree(tmp_path / "checkpoint")
-    r2 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=700, seed=22))
+    r2 = produce(bootstrap, topic, GeneratorSpec(count=700, seed=22))
     p2 = Pipeline(cfg, spark)
     p2.run()
     assert coords(p2) == produced(r1, r2)
     assert p2.timeline is not None and max(p2.timeline.epochs()) > first_epoch
     assert p2.timeline.pending() == []
+
+
+def test_pipeline_recovery_on_s3_rolls_back_and_recommits(
+    spark: Any, kafka_broker: Any, s3_server: S3Server, tmp_path: Path
+) -> None:
+    from kafka_fixtures import unique_topic
+
+    from pipeline.app import Pipeline
+    from pipeline.kafka.generator import GeneratorSpec, produce
+
+    topic = unique_topic("s3rec")
+    kafka_broker.create_topic(topic, 2)
+    bootstrap = kafka_broker.bootstrap_servers
+    cfg = s3_pipeline_config(s3_server, tmp_path, bootstrap, topic)
+
+    # files staged on S3, crash before the precommit: the restart rolls the instant back,
+    # deleting the staged (orphan) objects, and recomputes the batch
+    r1 = produce(bootstrap, topic, GeneratorSpec(count=600, malformed_fraction=0.05, seed=41))
+    with pytest.raises(Exception, match="fault-injected"):
+        Pipeline(with_faults(cfg, "after-write:raise"), spark).run()
+    crashed = Pipeline(cfg, spark)
+    staged = s3_data_files(crashed)
+    assert staged and live_files(crashed) == set()
+    p = Pipeline(cfg, spark)
+    p.run()
+    assert coords(p) == produced(r1)
+    assert not staged & s3_data_files(p)  # the rolled-back instant's objects are gone
+    assert s3_data_files(p) == live_files(p)
+    assert p.timeline is not None
+    states = Counter(i.state for i in p.timeline.instants())
+    assert states == {InstantState.ROLLED_BACK: 1, InstantState.COMPLETED: 1}
+
+    # precommitted on S3, crash before the table commit: recommitted without recomputing
+    r2 = produce(bootstrap, topic, GeneratorSpec(count=500, seed=42))
+    with pytest.raises(Exception, match="fault-injected"):
+        Pipeline(with_faults(cfg, "after-precommit:raise"), spark).run()
+    crashed = Pipeline(cfg, spark)
+    assert crashed.timeline is not None
+    (pending,) = crashed.timeline.pending()
+    assert pending.state is InstantState.INFLIGHT
+    before = s3_data_files(crashed)
+    p = Pipeline(cfg, spark)
+    stats = p.run()
+    assert stats.recommitted == 1
+    assert s3_data_files(p) == before == live_files(p)  # no new files: not recomputed
+    assert coords(p) == produced(r1, r2)

@@ -73,8 +73,12 @@ def _print_journal(cfg: PipelineConfig, sinks: Any, console: Console) -> None:
         console.print("pending instants: none")
         return
     rt = RichTable(title="pending instants (finished by the next run's recovery)")
-    for col in ("instant", "state", "batch", "incarnation", "epoch", "staged files"):
-        rt.add_column(col)
+    rt.add_column("instant", no_wrap=True, min_width=17)
+    rt.add_column("state", no_wrap=True)
+    rt.add_column("batch")
+    rt.add_column("incarnation", overflow="fold")
+    rt.add_column("epoch")
+    rt.add_column("staged files")
     for inst in pending:
         b = inst.batch
         files = len(inst.inflight.files) if inst.inflight else "-"

@@ -118,6 +118,13 @@ fi
 
 cmd=("$SUBMIT" --master "$master" --deploy-mode "$deploy_mode" --name "ingest"
      --properties-file "$properties")
+if [ "$deploy_mode" = client ]; then
+  # the driver runs here: the project's log4j2 settings (warnings and errors, one line each)
+  cmd+=(--driver-java-options "-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties")
+fi
+if [[ "$master" == local* ]] && [ -z "${SPARK_LOCAL_IP:-}" ]; then
+  export SPARK_LOCAL_IP=127.0.0.1  # no interface guessing for a local run
+fi
 
 # The code: the image (k8s) or the zip of the package next to the launcher.
 if [[ "$MODE" == k8s-* ]]; then

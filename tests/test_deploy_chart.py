@@ -379,6 +379,12 @@ def test_driver_deployment(helm: Any, values: Path | None) -> None:
             assert claim == v["persistence"]["existingClaim"] and not pvcs
         else:
             assert [p["metadata"]["name"] for p in pvcs] == [claim]
+            executors_mount = (
+                v["spark"]["mode"] == "kubernetes"
+                and "://" not in (v["pipeline"]["sink"]["catalog"]["warehouse"])
+            )
+            auto = ["ReadWriteMany"] if executors_mount else ["ReadWriteOnce"]
+            assert pvcs[0]["spec"]["accessModes"] == (v["persistence"]["accessModes"] or auto)
     else:
         assert "emptyDir" in vols["state"] and not by_kind(docs, "PersistentVolumeClaim")
 

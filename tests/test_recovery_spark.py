@@ -32,7 +32,9 @@ from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any]) -> Path:
+def _config_file(
+    tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any], master: str = "local[2]"
+) -> Path:
     cfg = {
         "id": f"p-{topic}",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
@@ -44,7 +46,7 @@ def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any])
         },
         "checkpointLocation": str(tmp / "checkpoint"),
         "trigger": {"mode": "available-now"},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": master},
         "metrics": {"enabled": False},
     }
     path = tmp / "pipeline.yaml"
@@ -159,7 +161,11 @@ def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Pa
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     st = subprocess.run(
         [sys.executable, "-m", "pipeline", "status", "--config", str(config)],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
     )
     assert st.returncode == 0, st.stderr
     assert "writer epoch: 1" in st.stdout and pending.time in st.stdout, st.stdout
@@ -211,3 +217,28 @@ def test_restored_old_checkpoint_drops_overlap_or_fails(
     assert {int(k): v for k, v in committed.items()} == {
         p_: b + 1 for (_, p_), (_, b) in r3.offsets.items()
     }
+
+
+def test_worker_killed_mid_write_is_retried_without_duplicates(
+    kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("midwrite")
+    kafka_broker.create_topic(topic, 2)
+    # local[2,3]: up to 3 attempts per task, as on a cluster
+    config = _config_file(
+        tmp_path,
+        kafka_broker.bootstrap_servers,
+        topic,
+        {"warehouse": str(tmp_path / "warehouse")},
+        master="local[2,3]",
+    )
+    r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=51))
+    r = _run(config, "mid-write:kill")
+    assert r.returncode == 0, r.stderr[-3000:]
+    p = Pipeline(_load(config))
+    assert coords(p) == produced(r1)
+    # the killed attempts staged files too; only the retries' files are in the table
+    table = p.sinks.main.table()
+    assert table is not None
+    referenced = {f.file.file_path.removeprefix("file://") for f in table.scan().plan_files()}
+    assert len(_data_files(tmp_path / "warehouse") - referenced) >= 1

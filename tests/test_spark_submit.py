@@ -207,8 +207,9 @@ def test_standalone_path_submits_to_local2_and_commits(tmp_path: Path) -> None:
             env={"SPARK_SUBMIT": str(spark_submit), "INGEST_SPARK_LOG_LEVEL": "ERROR"},
         )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr[-4000:]
-        m = re.search(r"ingest: package pipeline from (\S+)", r.stderr)
-        assert m, r.stderr[-2000:]
+        # spark-submit's PythonRunner forwards the driver's stderr on its stdout
+        m = re.search(r"ingest: package pipeline from (\S+)", r.stdout + r.stderr)
+        assert m, r.stdout[-2000:]
         assert m.group(1) == str(ROOT / "dist" / "spark" / "pipeline.zip" / "pipeline")
         assert re.search(r"stopped: [1-9]\d* batches committed", r.stdout), r.stdout
 

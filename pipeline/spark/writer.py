@@ -123,7 +123,7 @@ def _drop_committed(
 
 
 def run_task(
-    plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int
+    plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int, faults: str | None = None
 ) -> Iterator[pa.RecordBatch]:
     main = _Buffer(plan, plan.main_ctx, "data", seed)
     dead = (
@@ -150,6 +150,12 @@ def run_task(
                 raise RuntimeError("undecodable records but no dead-letter table configured")
             dead.add(_dead_letter_rows(batch.filter(bad), plan.dead_letter_columns))
     main.flush()
+    if faults:
+        from pipeline.commit.faults import FaultPoints
+
+        # files staged, result not returned: the task attempt dies, Spark retries it, and
+        # only the retry's files reach the precommit (no duplicates)
+        FaultPoints(faults).hit("mid-write", None)
     if dead is not None:
         dead.flush()
     rows: list[dict[str, Any]] = [{"kind": "data", "payload": p} for p in main.out]
@@ -195,12 +201,8 @@ def make_task_function(
         # taskAttemptId is unique per attempt in the application: retried tasks never
         # overwrite (or get confused with) a failed attempt's files.
         seed = ctx.taskAttemptId() if ctx is not None else 0
-        if plan.faults and ctx is not None and ctx.attemptNumber() == 0:
-            from pipeline.commit.faults import FaultPoints
-
-            # kills this Python worker mid-task: Spark retries the task (no duplicates)
-            FaultPoints(plan.faults).hit("mid-write", None)
-        yield from run_task(plan, batches, seed)
+        armed = plan.faults if ctx is not None and ctx.attemptNumber() == 0 else None
+        yield from run_task(plan, batches, seed, armed)
 
     return task
 

@@ -79,6 +79,17 @@ app.kubernetes.io/part-of: kafka-lakehouse-ingest
 {{- if and (eq .Values.spark.mode "kubernetes") .Values.persistence.enabled (include "ingest.isLocalPath" .Values.pipeline.sink.catalog.warehouse) -}}true{{- end -}}
 {{- end -}}
 
+{{/* The PVC's access modes: persistence.accessModes, or chosen from the Spark mode. */}}
+{{- define "ingest.accessModes" -}}
+{{- if .Values.persistence.accessModes -}}
+{{- toYaml .Values.persistence.accessModes -}}
+{{- else if include "ingest.executorsMountState" . -}}
+{{- toYaml (list "ReadWriteMany") -}}
+{{- else -}}
+{{- toYaml (list "ReadWriteOnce") -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 Cross-field checks that a JSON schema cannot word clearly. Each fails the install with
 one line naming the values to change.
@@ -98,7 +109,7 @@ one line naming the values to change.
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- if and (include "ingest.executorsMountState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" $v.persistence.accessModes)) -}}
+{{- if and (include "ingest.executorsMountState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" (include "ingest.accessModes" . | fromYamlArray))) -}}
 {{- fail "persistence.accessModes must include ReadWriteMany: with spark.mode=kubernetes the executor pods write data files into the warehouse on that volume. Alternatively put pipeline.sink.catalog.warehouse on an object store, or use spark.mode=local." -}}
 {{- end -}}
 {{- if and (eq $v.spark.mode "kubernetes") (not $v.rbac.create) (not $v.serviceAccount.name) -}}

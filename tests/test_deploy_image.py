@@ -342,7 +342,7 @@ def test_image_user_and_layout(built_image: str, jar_server: _JarServer) -> None
     r = _podman(
         ["run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "bash",
          built_image, "-c",
-         "find /var/lib/apt/lists /var/cache/apt /root/.cache /tmp -type f 2>/dev/null"]
+         "find /var/lib/apt/lists /var/cache/apt /root/.cache /tmp -type f -size +0 2>/dev/null"]
     )  # fmt: skip
     assert r.stdout.split() == [], r.stdout
 

@@ -252,6 +252,9 @@ def test_store_that_ignores_if_none_match_is_refused(s3_server: S3Server) -> Non
     with pytest.raises(ConfigError, match="ignored If-None-Match"):
         store.create("epochs/1", b"x")
     assert store.list("") == []  # the probe cleaned up after itself
+    store.verify_conditional_writes = False
+    store.create("top", b"x")
+    assert store.list("") == ["top"]
 
 
 def test_errors_name_the_object_and_the_cause(s3_server: S3Server) -> None:

@@ -138,6 +138,15 @@ class TableCommitter(Protocol):
 
     def delete_files(self, paths: Iterable[str]) -> list[str]: ...
 
+    def begin(self, instant: str) -> None:
+        """The instant is REQUESTED in the journal and workers are about to stage files
+        named with it (Hudi: write the table's own requested/inflight instant files)."""
+        ...
+
+    def abort(self, instant: str) -> None:
+        """Roll back the format's own state of ``instant``, after its files were deleted."""
+        ...
+
     def orphan_files(self, write_id: str) -> list[str]:
         """Files staged under ``write_id`` (the instant time) that may not be listed
         anywhere (a crash before the precommit)."""
@@ -327,6 +336,7 @@ class Coordinator:
             self.faults.hit("during-rollback", batch_id)
             deleted += table.delete_files(rest)
             deleted += table.delete_files(table.orphan_files(inst.time))
+            table.abort(inst.time)  # format's own pending-instant state, after its files
         self.timeline.roll_back(inst.time, deleted)
         log.warning("instant %s rolled back: %d staged files deleted", inst.time, len(deleted))
 
@@ -371,6 +381,9 @@ class Coordinator:
         self.timeline.request(
             Requested(instant, batch, self.epoch, start or PartitionOffsets(), end)
         )
+        for table in (self.main, self.dead_letter):
+            if table is not None:
+                table.begin(instant)
         self.faults.hit("after-requested", batch_id)
         t1 = time.monotonic()
         staged = write(instant, previous)

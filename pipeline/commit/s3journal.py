@@ -17,6 +17,8 @@ created, anything else means ``AlreadyExists``. A ``409 ConditionalRequestConfli
 conditional write to the same key is in flight, as AWS reports it) means our request was
 refused, not applied. It is retried. If the conflict persists through every attempt, the key
 is looked up: it exists -> ``AlreadyExists``; it does not -> :class:`JournalStoreError`.
+When every attempt fails otherwise, :class:`JournalStoreError` too, and the entry may or may
+not exist: the caller fails, and recovery reads the journal as it would after a crash.
 
 Stores that ignore ``If-None-Match`` would silently overwrite, and two writers could then
 both "acquire" the same epoch. So the first create on a (endpoint, bucket) pair checks the
@@ -356,6 +358,8 @@ class S3JournalStore:
 
     def _key(self, name: str) -> str:
         name = name.strip("/")
+        if not name:
+            return self.prefix
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def _where(self, key: str) -> str:
@@ -442,7 +446,7 @@ class S3JournalStore:
     def list(self, prefix: str) -> list[str]:
         """Names directly under ``prefix`` (like a directory listing; dot-names skipped)."""
         prefix = prefix.strip("/")
-        key_prefix = self._key(prefix) + "/"
+        key_prefix = f"{self._key(prefix)}/" if self._key(prefix) else ""
 
         def attempt() -> list[str]:
             out: list[str] = []
@@ -459,7 +463,7 @@ class S3JournalStore:
                 for obj in page.get("Contents", []) or []:
                     base = str(obj["Key"])[len(key_prefix) :]
                     if base and "/" not in base and not base.startswith("."):
-                        out.append(f"{prefix}/{base}")
+                        out.append(f"{prefix}/{base}" if prefix else base)
                 if not page.get("IsTruncated"):
                     return sorted(out)
                 token = page.get("NextContinuationToken")

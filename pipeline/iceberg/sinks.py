@@ -82,6 +82,12 @@ class IcebergCommitter:
             if i.type == pafs.FileType.File and marker in i.base_name
         ]
 
+    def begin(self, instant: str) -> None:
+        """Iceberg keeps no pending state of its own: unreferenced files are invisible."""
+
+    def abort(self, instant: str) -> None:
+        """Nothing beyond deleting the staged files (done by the coordinator)."""
+
     def journal_root(self, pipeline_id: str) -> str:
         return f"{self.sink.table_location()}/_ingest/{pipeline_id}"
 

@@ -201,3 +201,59 @@ def test_unreachable_broker_is_one_clear_line(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "WARN" not in ln]
     assert len(lines) == 1 and "cannot reach Kafka at 127.0.0.1:1" in lines[0], r.stderr
+
+
+def test_raw_mode_with_headers(spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    topic = unique_topic("raw")
+    kafka_broker.create_topic(topic, 1)
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    for i in range(50):
+        p.produce(
+            topic,
+            key=f"k{i}".encode(),
+            value=bytes([i, 0, 255]),
+            partition=0,
+            headers=[("trace", f"t{i}".encode())] if i % 2 else None,
+        )
+    p.flush(30)
+    cfg = parse_config(
+        {
+            "id": f"raw-{topic}",
+            "source": {
+                "bootstrapServers": kafka_broker.bootstrap_servers,
+                "topics": [topic],
+                "includeHeaders": True,
+            },
+            "decode": {"format": "raw"},
+            "sink": {"catalog": {"warehouse": str(tmp_path / "wh")}, "table": "db.raw"},
+            "checkpointLocation": str(tmp_path / "ckpt"),
+            "trigger": {"mode": "available-now"},
+        }
+    )
+    pipeline = Pipeline(cfg, spark)
+    pipeline.run()
+    table = pipeline.sinks.main.table()
+    assert table is not None
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["_kafka_offset"])
+    assert [r["_kafka_offset"] for r in rows] == list(range(50))
+    assert rows[3]["key"] == b"k3" and rows[3]["value"] == bytes([3, 0, 255])
+    assert rows[3]["headers"] == [{"key": "trace", "value": b"t3"}]
+
+
+def test_at_least_once_mode_keeps_no_journal(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    topic = unique_topic("alo")
+    kafka_broker.create_topic(topic, 2)
+    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=15))
+    base = make_config(tmp_path, kafka_broker.bootstrap_servers, topic)
+    cfg = base.model_copy(
+        update={"commit": base.commit.model_copy(update={"mode": "at-least-once"})}
+    )
+    p = Pipeline(cfg, spark)
+    assert p.timeline is None
+    p.run()
+    assert coords(p) == produced(r)
+    assert not list((tmp_path / "warehouse").rglob("_ingest"))

@@ -88,6 +88,8 @@ class MemTable:
         self.snapshots: list[Snapshot] = []
         self.physical: dict[str, PhysicalFile] = {}
         self.attempts: list[CommitAttempt] = []
+        self.begun: list[str] = []  # instants announced by begin()
+        self.aborted: list[str] = []  # instants rolled back by abort()
         self.point: Callable[[str], None] = _no_point
         self._hooks: dict[str, list[Callable[[], None]]] = {}
         self._ids = itertools.count(1)
@@ -136,6 +138,15 @@ class MemTable:
                 if self.physical.pop(p, None) is not None:
                     deleted.append(p)
         return deleted
+
+    def begin(self, instant: str) -> None:
+        """Like Iceberg: no pending state of its own (recorded for assertions)."""
+        with self._lock:
+            self.begun.append(instant)
+
+    def abort(self, instant: str) -> None:
+        with self._lock:
+            self.aborted.append(instant)
 
     def orphan_files(self, write_id: str) -> list[str]:
         self._at("orphan_files")

@@ -17,6 +17,8 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -439,6 +441,7 @@ def test_restored_older_checkpoint_replans_and_overlap_is_dropped(env: Env) -> N
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="core bug: a self-corrected commit records the Spark batch's start, not the "
     "table's committed offset, as its range start (ranges overlap earlier commits)",
 )
@@ -493,6 +496,7 @@ def test_on_overlap_fail_after_writing_commits_nothing(env: Env) -> None:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="core bug (minor): the post-write OverlapError lists all committed offsets but "
     "not the overlapping partition and its offsets",
 )
@@ -844,9 +848,10 @@ class SteppedStore:
 
 
 @pytest.fixture
-def fast_journal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hundreds of interleavings: no fsync (durability is not what they test), and a
-    deterministic clock that moves forward 1 ms per minted instant, shared by writers."""
+def fast_journal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """For hundreds of interleavings: a journal root on tmpfs when there is one (file
+    creation on a disk filesystem costs ~10x more), no fsync (durability is not what they
+    test), and a deterministic clock that moves forward 1 ms per minted instant."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)
     ticks = itertools.count()
     base = datetime(2030, 1, 1, tzinfo=UTC)
@@ -858,6 +863,15 @@ def fast_journal(monkeypatch: pytest.MonkeyPatch) -> None:
         return next_instant_time(after, now or base + timedelta(milliseconds=tick))
 
     monkeypatch.setattr(journal_module, "next_instant_time", mint_time)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        root = Path(tempfile.mkdtemp(prefix="commit-protocol-", dir=shm))
+        try:
+            yield root
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    else:
+        yield tmp_path
 
 
 class TwoWriters:
@@ -1016,19 +1030,25 @@ def two_step_schedules(
             return
 
 
-@pytest.mark.parametrize("b_incarnation", [X, Y], ids=["failover", "lost-checkpoint"])
+@pytest.mark.parametrize(
+    ("b_incarnation", "dead_letters"),
+    [(X, True), (Y, False)],
+    ids=["failover", "lost-checkpoint"],
+)
 def test_every_interleaving_of_a_zombie_and_the_new_owner(
-    tmp_path: Path, fast_journal: None, b_incarnation: str
+    fast_journal: Path, b_incarnation: str, dead_letters: bool
 ) -> None:
     """No record twice or lost, no dangling file, the zombie's commits after the takeover
-    refused (also when it loaded the head before the fence), the owner never fenced."""
+    refused (also when it loaded the head before the fence), the owner never fenced.
+    (lost-checkpoint runs without dead letters: with them it hits the dead-letter rollback
+    bug shown by the xfail tests below; enable them once that is fixed.)"""
 
     def make(root: Path, sched: TwoStep) -> TwoWriters:
-        return TwoWriters(root, sched, b_incarnation=b_incarnation)
+        return TwoWriters(root, sched, b_incarnation=b_incarnation, dead_letters=dead_letters)
 
     bad: list[str] = []
     schedules = fenced = leaks = 0
-    for i, j, w in two_step_schedules(make, tmp_path):
+    for i, j, w in two_step_schedules(make, fast_journal):
         schedules += 1
         fenced += isinstance(w.sched.errors.get("A"), FencedError)
         problems = w.violations()
@@ -1041,31 +1061,31 @@ def test_every_interleaving_of_a_zombie_and_the_new_owner(
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="core bug: recovery rolls back an instant whose dead letters are already "
     "committed, deleting files the dead-letter table references",
 )
-@pytest.mark.parametrize("b_incarnation", [X, Y], ids=["failover", "lost-checkpoint"])
 def test_zombie_dead_letter_commit_before_the_takeover_survives_recovery(
-    tmp_path: Path, fast_journal: None, b_incarnation: str
+    fast_journal: Path,
 ) -> None:
-    """A committed the dead letters of its batch, B took over and fenced, A's main commit
-    is refused; B's recovery (replaying A's batch, or a new query) rolls A's instant back."""
+    """A committed the dead letters of its batch; B takes over (fences), A's main commit
+    is refused; B's query is new (lost checkpoint), so its recovery rolls A's instant back
+    -- and deletes the dead-letter files the dead-letter table references."""
     sched = TwoStep(nth_label(lambda label: label == "commit-load", 2), lambda _, __: False)
-    w = TwoWriters(tmp_path, sched, b_incarnation=b_incarnation, dead_letters=True).run()
-    assert [s.checkpoint.epoch for s in w.dl.snapshots] == [1, 1, 1, 2]
+    w = TwoWriters(fast_journal, sched, b_incarnation=Y, dead_letters=True).run()
+    assert [s.checkpoint.epoch for s in w.dl.snapshots][:4] == [1, 1, 1, 2]
     assert isinstance(sched.errors.get("A"), FencedError)
     assert w.violations() == []
 
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="core bug: acquire_epoch cannot fence a table that does not exist yet (fence is "
     "a no-op), so the zombie's first commit lands after the takeover and references a "
     "file the new owner's recovery deleted",
 )
-def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(
-    tmp_path: Path, fast_journal: None
-) -> None:
+def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(fast_journal: Path) -> None:
     # A: REQUESTED written, one file staged, about to stage the next.
     # B: acquire_epoch (no table: the fence is a no-op); recovery rolls A's instant back,
     #    deleting the staged file; B stops before writing its own REQUESTED.
@@ -1075,7 +1095,7 @@ def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(
         nth_label(lambda label: label.endswith(".requested")),
     )
     w = TwoWriters(
-        tmp_path, sched, b_incarnation=X, table_exists=False, files_per_partition=2
+        fast_journal, sched, b_incarnation=X, table_exists=False, files_per_partition=2
     ).run()
     assert w.main.snapshots[0].checkpoint.epoch == 1 and "A" not in sched.errors
     assert w.violations() == []
@@ -1088,23 +1108,40 @@ def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="core bug: rollback deletes dead-letter files the dead-letter table already "
     "committed (crash after-dead-letter-commit, replay under a new query id)",
 )
-def test_rollback_keeps_dead_letter_files_already_committed(env: Env) -> None:
+@pytest.mark.parametrize("replay", ["new-query", "replanned", "main-file-lost"])
+def test_rollback_keeps_dead_letter_files_already_committed(env: Env, replay: str) -> None:
+    """Crash after the dead-letter commit; the pending instant is then rolled back rather
+    than recommitted (new query id / Spark planned the batch again differently / a staged
+    main-table file is gone): rollback deletes files the dead-letter table references."""
     c1 = env.driver("after-dead-letter-commit:raise@1")
     env.batch(c1, 0)
     with pytest.raises(FaultInjected):
         env.batch(c1, 1)
     assert batch_keys(env.dl) == [(X, 0), (X, 1)] and batch_keys(env.main) == [(X, 0)]
     c2 = env.driver()
-    env.run(c2, Y, 0, None, E[2], read_from=env.main.committed_offsets(PIPE))
+    if replay == "new-query":
+        env.run(c2, Y, 0, None, E[2], read_from=env.main.committed_offsets(PIPE))
+    else:
+        end = E[1]
+        if replay == "replanned":
+            end = PartitionOffsets({T0: 20, T1: 12})
+        else:
+            inst = env.timeline().pending()[0]
+            assert inst.inflight is not None
+            env.main.delete_files([inst.inflight.files_of("main")[0].path])
+        env.run(c2, X, 1, E[0], end)
+        env.run(c2, X, 2, end, E[2])
     assert env.dl.dangling() == []
     assert env.dl.rows() == env.kafka.dead(E[2])  # each dead letter once
 
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="core bug: orphan files are found by instant time alone, and instant times are "
     "only unique per pipeline journal; another pipeline's committed files are deleted",
 )

@@ -152,7 +152,7 @@ class CommitConfig(_Model):
     # fault injection for tests and drills: "<point>:<kill|raise>[@batch],…"
     faults: str | None = None
     # finished journal entries kept for inspection
-    journal_retention: int = Field(default=100, ge=0)
+    journal_retention: int = Field(default=100, ge=1)  # >= 1: instant times never reused
 
 
 class MetricsConfig(_Model):

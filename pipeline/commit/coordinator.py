@@ -32,6 +32,7 @@ Invariants this code keeps (each has a test)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -47,8 +48,8 @@ from pipeline.commit.instant import (
     Requested,
     StagedFile,
 )
-from pipeline.commit.journal import InstantTimeline
-from pipeline.errors import FencedError, OverlapError
+from pipeline.commit.journal import AlreadyExists, InstantTimeline
+from pipeline.errors import CommitError, FencedError, OverlapError
 from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,10 @@ class TableCommitter(Protocol):
         ``FencedError`` when a newer epoch of the pipeline committed."""
         ...
 
-    def fence(self, pipeline_id: str, epoch: int) -> None: ...
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
+        """Make commits of older epochs fail; ``create``: also when the table is missing
+        (create it empty with the fence)."""
+        ...
 
     def describe(self, descriptor: bytes) -> tuple[str, int, int]:
         """(path, size in bytes, records) of a staged file descriptor."""
@@ -173,8 +177,11 @@ def batch_ranges(
     end: Mapping[TopicPartition, int],
     stats: list[PartitionStats],
     previous: Mapping[TopicPartition, int] | None,
+    *,
+    clip: bool = True,
 ) -> dict[TopicPartition, tuple[int, int]]:
-    """``[start, end)`` per partition this batch consumed.
+    """``[start, end)`` per partition this batch consumed (``clip``: minus what the table
+    already held, i.e. what this commit adds).
 
     Start is the previous batch's logged end; for the first batch of a checkpoint it is
     the table's committed offset, else the first offset a worker saw.
@@ -188,6 +195,8 @@ def batch_ranges(
             s = previous[tp]
         else:
             s = first.get(tp, e)
+        if clip and previous is not None and tp in previous:
+            s = max(s, previous[tp])  # what the table already held is not this commit's
         s = min(s, e)
         if e > s:
             out[tp] = (s, e)
@@ -250,10 +259,15 @@ class Coordinator:
         known = [self.main.latest_epoch(self.pipeline_id) or 0]
         if self.dead_letter is not None:
             known.append(self.dead_letter.latest_epoch(self.pipeline_id) or 0)
+        earlier_runs = bool(self.timeline.epochs())
         self.epoch = self.timeline.acquire_epoch(at_least=max(known) + 1, owner=owner)
-        self.main.fence(self.pipeline_id, self.epoch)
+        # With an earlier run on record, it may still be alive and about to create a table
+        # with its first commit: the fence then creates the table (empty) so that commit
+        # fails. The very first run of a pipeline has no one to fence: tables stay absent
+        # until their first commit (DESIGN invariant 9).
+        self.main.fence(self.pipeline_id, self.epoch, create=earlier_runs)
         if self.dead_letter is not None:
-            self.dead_letter.fence(self.pipeline_id, self.epoch)
+            self.dead_letter.fence(self.pipeline_id, self.epoch, create=earlier_runs)
         log.info("pipeline %s: writer epoch %d acquired", self.pipeline_id, self.epoch)
         return self.epoch
 
@@ -288,6 +302,22 @@ class Coordinator:
                 self.timeline.complete(inst.time)  # committed; only the marker was missing
                 done.append((inst.time, "completed"))
                 continue
+            if b is not None and self._dead_letters_committed(inst) and self._intact(inst):
+                # Dead letters of this instant are committed: rolling it back would delete
+                # files that table references. Finish it instead (any incarnation): the
+                # main table then holds its offsets and replays drop them as overlap.
+                assert inst.inflight is not None
+                outcome = self._commit(inst.inflight, batch_id)
+                done.append((inst.time, "recommitted"))
+                if (
+                    recommitted is None
+                    and inst.inflight.batch
+                    == BatchIdentity(self.pipeline_id, incarnation, batch_id)
+                    and inst.end == end
+                ):
+                    outcome.outcome = "recommitted"
+                    recommitted = outcome
+                continue
             if recommitted is None and self._can_recommit(inst, incarnation, batch_id, end):
                 assert inst.inflight is not None
                 t0 = time.monotonic()
@@ -314,7 +344,23 @@ class Coordinator:
             return False
         if inst.requested is not None and inst.requested.end != end:
             return False  # Spark replans this batch differently: recompute it
-        for f in inf.files:
+        return self._intact(inst)
+
+    def _dead_letters_committed(self, inst: Instant) -> bool:
+        b = inst.batch
+        return (
+            b is not None
+            and self.dead_letter is not None
+            and inst.inflight is not None
+            and bool(inst.inflight.files_of(DEAD_LETTER))
+            and self.dead_letter.is_committed(b.pipeline_id, b.incarnation, b.batch_id, inst.end)
+        )
+
+    def _intact(self, inst: Instant) -> bool:
+        """Precommitted, and every staged file still there with its recorded size."""
+        if inst.state is not InstantState.INFLIGHT or inst.inflight is None:
+            return False
+        for f in inst.inflight.files:
             table = self._table(f.table)
             if table is None or table.file_size(f.path) != f.size:
                 log.warning(
@@ -327,15 +373,22 @@ class Coordinator:
         assert self.timeline is not None
         deleted: list[str] = []
         listed = inst.inflight.files if inst.inflight is not None else ()
+        keep_dead = self._dead_letters_committed(inst)
+        if keep_dead:
+            log.error(
+                "instant %s: dead letters committed but main files lost; keeping the dead "
+                "letters (a recomputed batch may add them again)",
+                inst.time,
+            )
         for name, table in ((MAIN, self.main), (DEAD_LETTER, self.dead_letter)):
-            if table is None:
+            if table is None or (name == DEAD_LETTER and keep_dead):
                 continue
             paths = [f.path for f in listed if f.table == name]
             first, rest = paths[:1], paths[1:]
             deleted += table.delete_files(first)
             self.faults.hit("during-rollback", batch_id)
             deleted += table.delete_files(rest)
-            deleted += table.delete_files(table.orphan_files(inst.time))
+            deleted += table.delete_files(table.orphan_files(self.write_id(inst.time)))
             table.abort(inst.time)  # format's own pending-instant state, after its files
         self.timeline.roll_back(inst.time, deleted)
         log.warning("instant %s rolled back: %d staged files deleted", inst.time, len(deleted))
@@ -366,7 +419,7 @@ class Coordinator:
             return BatchOutcome(batch_id, "replay_skipped", recovered=recovered)
         self.check_epoch()
         previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
-        planned = batch_ranges(start, end, [], previous)
+        planned = batch_ranges(start, end, [], previous, clip=False)
         lapped = overlap(planned, previous)
         if lapped and self.on_overlap == "fail":
             tp, (s, e) = next(iter(sorted(lapped.items())))
@@ -376,23 +429,24 @@ class Coordinator:
                 f"{len(lapped)} partition(s) overlap"
             )
 
-        instant = self.timeline.mint()
         batch = BatchIdentity(self.pipeline_id, incarnation, batch_id)
-        self.timeline.request(
-            Requested(instant, batch, self.epoch, start or PartitionOffsets(), end)
-        )
+        instant = self._request(batch, start or PartitionOffsets(), end)
         for table in (self.main, self.dead_letter):
             if table is not None:
                 table.begin(instant)
         self.faults.hit("after-requested", batch_id)
         t1 = time.monotonic()
-        staged = write(instant, previous)
+        staged = write(self.write_id(instant), previous)
         t2 = time.monotonic()
         self.faults.hit("after-write", batch_id)
         if staged.dropped and self.on_overlap == "fail":
+            s0 = next(s for s in staged.stats if s.dropped)
+            tp = TopicPartition(s0.topic, s0.partition)
             raise OverlapError(
-                f"batch {batch_id} re-read {staged.dropped} records at offsets the table "
-                f"already committed ({previous.to_json()}); onOverlap=fail"
+                f"partition {tp}: batch {batch_id} re-read {s0.dropped} records in "
+                f"[{s0.min_offset}, {previous.get(tp)}) that the table already committed; "
+                "onOverlap=fail "
+                f"({sum(1 for s in staged.stats if s.dropped)} partition(s) overlap)"
             )
 
         ranges = batch_ranges(start, end, staged.stats, previous)
@@ -436,6 +490,24 @@ class Coordinator:
                 lapped,
             )
         return outcome
+
+    def _request(self, batch: BatchIdentity, start: PartitionOffsets, end: PartitionOffsets) -> str:
+        """Mint an instant time and make REQUESTED durable (re-mint if another writer
+        took the same millisecond)."""
+        assert self.timeline is not None
+        for _ in range(10):
+            instant = self.timeline.mint()
+            try:
+                self.timeline.request(Requested(instant, batch, self.epoch, start, end))
+                return instant
+            except AlreadyExists:
+                continue
+        raise CommitError("could not mint a unique instant time after 10 attempts")
+
+    def write_id(self, instant: str) -> str:
+        """Names staged files: the instant time plus a tag of the pipeline, so a rollback
+        never touches files of another pipeline writing the same table."""
+        return f"{instant}-{hashlib.sha1(self.pipeline_id.encode()).hexdigest()[:8]}"
 
     def _staged(self, table: str, descriptor: bytes) -> StagedFile:
         committer = self._table(table)

@@ -31,7 +31,7 @@ from pipeline.commit.instant import (
     Requested,
     next_instant_time,
 )
-from pipeline.errors import CommitError
+from pipeline.errors import CommitError, FencedError
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,11 @@ class InstantTimeline:
         self._write(requested.time, InstantState.REQUESTED, requested.to_json())
 
     def precommit(self, inflight: Inflight) -> None:
+        if self.store.read(f"instants/{inflight.time}.{_SUFFIX[InstantState.ROLLED_BACK]}"):
+            # a newer writer's recovery already rolled this instant back: we are a zombie
+            raise FencedError(
+                f"instant {inflight.time} was rolled back by another writer; stopping"
+            )
         self._write(inflight.time, InstantState.INFLIGHT, inflight.to_json())
 
     def complete(self, time: str, snapshot: str | None = None) -> None:

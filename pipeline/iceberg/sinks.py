@@ -47,8 +47,8 @@ class IcebergCommitter:
         cp = self.sink.latest_checkpoint(pipeline_id)
         return cp.epoch if cp is not None else None
 
-    def fence(self, pipeline_id: str, epoch: int) -> None:
-        self.sink.fence(pipeline_id, epoch)
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
+        self.sink.fence(pipeline_id, epoch, create=create)
 
     def describe(self, descriptor: bytes) -> tuple[str, int, int]:
         df = deserialize_data_file(descriptor)

@@ -599,7 +599,7 @@ class IcebergTableSink:
         )
         return snapshot_id
 
-    def fence(self, pipeline_id: str, epoch: int) -> int | None:
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> int | None:
         """Claim the table for writer ``epoch`` of ``pipeline_id`` (DESIGN invariant 7).
 
         Commits an empty snapshot that repeats the latest checkpoint (same committed
@@ -615,7 +615,23 @@ class IcebergTableSink:
         def once() -> int | None:
             table = self.load()
             if table is None:
-                return None
+                if not create:
+                    return None
+                # An earlier run may still be alive and about to create the table with its
+                # first commit: create it now, empty, carrying the fence. The zombie's
+                # create then fails and its retry sees this epoch.
+                marker = CommitCheckpoint(
+                    pipeline_id=pipeline_id,
+                    incarnation="",
+                    batch_id=-1,
+                    epoch=epoch,
+                    ranges={},
+                    committed_offsets={},
+                    records=0,
+                )
+                return self._create_with_first_commit(
+                    [], {**marker.to_summary(), FENCE_KEY: "true"}
+                )
             latest = self._latest(table, pipeline_id)
             if latest is not None and latest.epoch >= epoch:
                 if latest.epoch > epoch:

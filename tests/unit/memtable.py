@@ -267,13 +267,14 @@ class MemTable:
         with self._lock:
             self.attempts.append(CommitAttempt(cp.epoch, cp.incarnation, cp.batch_id, result, head))
 
-    def fence(self, pipeline_id: str, epoch: int) -> None:
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
         for _ in range(self.max_attempts):
             self._at("fence-load")
             with self._lock:
-                if not self.exists:
+                base_exists = self.exists
+                if not base_exists and not create:
                     return  # the first commit creates the table (adapter: returns None)
-                base = self._head()
+                base = self._head() if base_exists else None
                 latest = self._latest(pipeline_id)
                 if latest is not None and latest.epoch >= epoch:
                     if latest.epoch > epoch:
@@ -294,7 +295,7 @@ class MemTable:
                 snap = self._snapshot((), marker, base, fence=True)
             self._at("fence-cas")
             try:
-                self._cas(base, True, snap)
+                self._cas(base, base_exists, snap)
                 return
             except CommitConflict:
                 continue
@@ -442,6 +443,12 @@ class FakeWorkers:
             out.append(d)
         return out
 
-    def written_by(self, write_ids: Iterable[str]) -> set[str]:
-        ids = set(write_ids)
-        return {f for c in self.calls if c.write_id in ids for f in c.files}
+    def written_by(self, instants: Iterable[str]) -> set[str]:
+        """Files staged for these instants (write ids are ``<instant>-<pipeline tag>``)."""
+        ids = set(instants)
+        return {
+            f
+            for c in self.calls
+            if c.write_id in ids or c.write_id.split("-", 1)[0] in ids
+            for f in c.files
+        }

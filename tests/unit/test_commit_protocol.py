@@ -1,14 +1,15 @@
 """The two-phase instant commit, Spark-free: timeline + coordinator against an in-memory
-table (``memtable.MemTable``) and the real ``LocalJournalStore`` in ``tmp_path``.
+table (``memtable.MemTable``) and the real ``LocalJournalStore`` on real files (in
+``tmp_path``; the interleaving enumeration uses a tmpfs directory when there is one).
 
 Covers DESIGN.md invariants 3-7: every driver crash point followed by a restart, rollback
 interrupted by another crash, lost and restored checkpoints, damaged precommits and
 journal entries, every two-step interleaving of a zombie writer with the writer that took
 over, epoch uniqueness, the at-least-once baseline and instant-time monotonicity.
 
-Tests marked ``xfail(strict=True, reason="core bug: ...")`` demonstrate defects of
-``pipeline/commit`` that are reported, not fixed, here: they turn into XPASS failures once
-the core is fixed, and the marker must then go.
+The tests named after a defect (dead letters kept on rollback, fencing a table that does
+not exist yet, orphans of other pipelines, ranges of self-corrected commits, overlap
+messages) were written against an earlier core and pin the fixes.
 """
 
 from __future__ import annotations
@@ -256,6 +257,9 @@ def test_crash_point_then_restart_replays_exactly_once(env: Env, point: str) -> 
     assert out.recovered == ([(crashed.time, action)] if action else [])
     assert len(env.workers.calls) - calls == writes
     assert tl.instant(crashed.time).state is state
+    assert crashed.time in env.main.begun and crashed.time in env.dl.begun
+    aborted = action == "rolled_back"
+    assert (crashed.time in env.main.aborted, crashed.time in env.dl.aborted) == (aborted,) * 2
     if action == "rolled_back":
         assert rolled_back_paths(env, crashed.time) == staged
         assert not set(staged) & (set(env.main.physical) | set(env.dl.physical))
@@ -439,12 +443,6 @@ def test_restored_older_checkpoint_replans_and_overlap_is_dropped(env: Env) -> N
     assert_exactly_once(env, E[3])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug: a self-corrected commit records the Spark batch's start, not the "
-    "table's committed offset, as its range start (ranges overlap earlier commits)",
-)
 def test_self_corrected_commit_records_only_the_range_it_added(env: Env) -> None:
     c1 = env.driver()
     for k in range(3):
@@ -494,12 +492,6 @@ def test_on_overlap_fail_after_writing_commits_nothing(env: Env) -> None:
     assert_exactly_once(env, E[2])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug (minor): the post-write OverlapError lists all committed offsets but "
-    "not the overlapping partition and its offsets",
-)
 def test_on_overlap_fail_after_writing_names_the_partition(env: Env) -> None:
     c1 = env.driver()
     env.batch(c1, 0)
@@ -756,6 +748,8 @@ class TwoStep:
         self._b_ident: int | None = None
         self._b_may_pause = True
         self._a_steps = self._b_steps = 0
+        self._b: Callable[[], object] = lambda: None
+        self._b_done = False
         self._b_stopped = threading.Event()
         self._b_resume = threading.Event()
         self._b_thread: threading.Thread | None = None
@@ -768,7 +762,7 @@ class TwoStep:
             if self._b_thread is None and self.pause_a(self._a_steps - 1, label):
                 self.switched = True
                 self._start_b()
-                self.b_finished_in_turn = "B" in self.errors or not self._b_thread.is_alive()
+                self.b_finished_in_turn = self._b_done
         elif ident == self._b_ident:
             self.trace.append(("B", label))
             self._b_steps += 1
@@ -786,6 +780,7 @@ class TwoStep:
             except BaseException as e:
                 self.errors["B"] = e
             finally:
+                self._b_done = True
                 self._b_stopped.set()
 
         self._b_thread = threading.Thread(target=body, name="writer-B", daemon=True)
@@ -812,14 +807,21 @@ class TwoStep:
             raise RuntimeError("B did not finish")
 
 
+def at_step(n: int) -> Callable[[int, str], bool]:
+    """A pause condition: after ``n`` operations."""
+    return lambda steps, _label: steps == n
+
+
 def nth_label(predicate: Callable[[str], bool], nth: int = 1) -> Callable[[int, str], bool]:
     """A pause condition: the ``nth`` point whose label satisfies ``predicate``."""
     seen = 0
 
-    def check(_: int, label: str) -> bool:
+    def check(_steps: int, label: str) -> bool:
         nonlocal seen
-        seen += predicate(label)
-        return predicate(label) and seen == nth
+        if not predicate(label):
+            return False
+        seen += 1
+        return seen == nth
 
     return check
 
@@ -1017,10 +1019,7 @@ def two_step_schedules(
     n = 0
     for i in itertools.count():
         for j in itertools.count(1):
-            sched = TwoStep(
-                lambda steps, _, i=i: steps == i,  # type: ignore[misc]
-                lambda steps, _, j=j: steps == j,  # type: ignore[misc]
-            )
+            sched = TwoStep(at_step(i), at_step(j))
             n += 1
             w = make(root / f"s{n}", sched).run()
             yield i, j, w
@@ -1032,16 +1031,14 @@ def two_step_schedules(
 
 @pytest.mark.parametrize(
     ("b_incarnation", "dead_letters"),
-    [(X, True), (Y, False)],
+    [(X, True), (Y, True)],
     ids=["failover", "lost-checkpoint"],
 )
 def test_every_interleaving_of_a_zombie_and_the_new_owner(
     fast_journal: Path, b_incarnation: str, dead_letters: bool
 ) -> None:
     """No record twice or lost, no dangling file, the zombie's commits after the takeover
-    refused (also when it loaded the head before the fence), the owner never fenced.
-    (lost-checkpoint runs without dead letters: with them it hits the dead-letter rollback
-    bug shown by the xfail tests below; enable them once that is fixed.)"""
+    refused (also when it loaded the head before the fence), the owner never fenced."""
 
     def make(root: Path, sched: TwoStep) -> TwoWriters:
         return TwoWriters(root, sched, b_incarnation=b_incarnation, dead_letters=dead_letters)
@@ -1059,37 +1056,25 @@ def test_every_interleaving_of_a_zombie_and_the_new_owner(
     assert bad == [], f"{len(bad)}/{schedules} interleavings broke an invariant: {bad[:2]}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug: recovery rolls back an instant whose dead letters are already "
-    "committed, deleting files the dead-letter table references",
-)
 def test_zombie_dead_letter_commit_before_the_takeover_survives_recovery(
     fast_journal: Path,
 ) -> None:
-    """A committed the dead letters of its batch; B takes over (fences), A's main commit
-    is refused; B's query is new (lost checkpoint), so its recovery rolls A's instant back
-    -- and deletes the dead-letter files the dead-letter table references."""
+    """A committed the dead letters of its batch; B takes over (fences) with a new query
+    (lost checkpoint). Rolling A's instant back would delete files the dead-letter table
+    references, so B's recovery finishes it (main files at B's epoch); A's own main commit
+    then finds the batch committed and appends nothing. Nothing lost, nothing twice."""
     sched = TwoStep(nth_label(lambda label: label == "commit-load", 2), lambda _, __: False)
     w = TwoWriters(fast_journal, sched, b_incarnation=Y, dead_letters=True).run()
     assert [s.checkpoint.epoch for s in w.dl.snapshots][:4] == [1, 1, 1, 2]
-    assert isinstance(sched.errors.get("A"), FencedError)
     assert w.violations() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug: acquire_epoch cannot fence a table that does not exist yet (fence is "
-    "a no-op), so the zombie's first commit lands after the takeover and references a "
-    "file the new owner's recovery deleted",
-)
 def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(fast_journal: Path) -> None:
     # A: REQUESTED written, one file staged, about to stage the next.
-    # B: acquire_epoch (no table: the fence is a no-op); recovery rolls A's instant back,
-    #    deleting the staged file; B stops before writing its own REQUESTED.
-    # A: stages the rest, precommits, commits at epoch 1 -- creating the table.
+    # B: acquire_epoch: an earlier run is on record, so the fence creates the missing table
+    #    (empty, at B's epoch); recovery rolls A's instant back, deleting the staged file.
+    # A: stages the rest, precommits, tries to create the table with its first commit:
+    #    the table exists, its retry sees epoch 2 and A is fenced.
     sched = TwoStep(
         nth_label(lambda label: label == "stage", 2),
         nth_label(lambda label: label.endswith(".requested")),
@@ -1097,7 +1082,8 @@ def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(fast_jour
     w = TwoWriters(
         fast_journal, sched, b_incarnation=X, table_exists=False, files_per_partition=2
     ).run()
-    assert w.main.snapshots[0].checkpoint.epoch == 1 and "A" not in sched.errors
+    assert isinstance(sched.errors.get("A"), FencedError)
+    assert w.main.snapshots[0].checkpoint.epoch == 2  # the fence created the table
     assert w.violations() == []
 
 
@@ -1106,12 +1092,6 @@ def test_zombie_first_commit_after_takeover_on_a_table_not_yet_created(fast_jour
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug: rollback deletes dead-letter files the dead-letter table already "
-    "committed (crash after-dead-letter-commit, replay under a new query id)",
-)
 @pytest.mark.parametrize("replay", ["new-query", "replanned", "main-file-lost"])
 def test_rollback_keeps_dead_letter_files_already_committed(env: Env, replay: str) -> None:
     """Crash after the dead-letter commit; the pending instant is then rolled back rather
@@ -1139,12 +1119,6 @@ def test_rollback_keeps_dead_letter_files_already_committed(env: Env, replay: st
     assert env.dl.rows() == env.kafka.dead(E[2])  # each dead letter once
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="core bug: orphan files are found by instant time alone, and instant times are "
-    "only unique per pipeline journal; another pipeline's committed files are deleted",
-)
 def test_rollback_spares_files_of_another_pipeline_sharing_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

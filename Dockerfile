@@ -37,20 +37,30 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_CERT
 WORKDIR /src
+# Dependencies first, in a layer that changes only with pyproject.toml: installed through a
+# stub of the package, which is then removed again.
 COPY pyproject.toml README.md ./
-COPY pipeline ./pipeline
 RUN python3 -m venv /opt/ingest/venv \
+ && mkdir pipeline && touch pipeline/__init__.py \
  && /opt/ingest/venv/bin/pip install --no-compile . \
+ && /opt/ingest/venv/bin/pip uninstall -y kafka-lakehouse-ingest \
+ && rm -rf pipeline build ./*.egg-info \
  && site=$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
  && rm -rf "$site"/pyspark/jars/connect-repl "$site"/pyspark/examples \
            "$site"/pandas/tests "$site"/pyarrow/tests "$site"/numpy/*/tests \
  && find "$site"/pyspark/bin -name '*.cmd' -delete \
- && ln -s "$site"/pyspark /opt/ingest/spark
-
-# Byte code compiled once, without timestamps (unchecked-hash), so layers are reproducible
-# and the read-only venv never needs to be written at run time.
-RUN /opt/ingest/venv/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
+ && ln -s "$site"/pyspark /opt/ingest/spark \
+ && /opt/ingest/venv/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
       /opt/ingest/venv/lib >/dev/null
+# Byte code is compiled without timestamps (unchecked-hash): reproducible layers, and the
+# read-only venv never needs to be written at run time.
+
+# The package itself.
+COPY pipeline ./pipeline
+RUN /opt/ingest/venv/bin/pip install --no-compile --no-deps . \
+ && rm -rf build ./*.egg-info \
+ && /opt/ingest/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash \
+      "$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pipeline" >/dev/null
 
 # Extra jars (e.g. the Hudi Spark bundle): downloaded with Python, checked against SHA-256.
 ARG EXTRA_JARS=""

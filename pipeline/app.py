@@ -53,7 +53,12 @@ class Pipeline:
         from pipeline.iceberg.sinks import IcebergSinks
 
         self.cfg = cfg
-        self.sinks = IcebergSinks.from_config(cfg)
+        if cfg.sink.format == "hudi":
+            from pipeline.hudi.sinks import HudiSinks
+
+            self.sinks: Any = HudiSinks.from_config(cfg)
+        else:
+            self.sinks = IcebergSinks.from_config(cfg)
         self._spark = spark
         if spark is not None:
             from pipeline.spark.session import register_source
@@ -74,6 +79,7 @@ class Pipeline:
             data_loss=self._data_loss,
         )
         self._incarnation: str | None = None
+        self.metrics: Any = None  # PipelineMetrics (ops.metrics.attach) while running
 
     # -- set-up ----------------------------------------------------------------------
     @property
@@ -276,6 +282,25 @@ class Pipeline:
         timeout_s: float | None = None,
     ) -> RunStats:
         """Run until the query ends (available-now/once), ``until`` holds, or a timeout."""
+        self.check_broker()  # fail fast, before any endpoint or Spark starts
+        metrics = None  # started here, stopped here; one attached by the caller stays up
+        if self.cfg.metrics.enabled and self.metrics is None:
+            from pipeline.ops.metrics import attach
+
+            metrics = attach(self)  # /metrics, /healthz, /readyz, lag thread, batch log
+        try:
+            return self._run(until, tick, timeout_s)
+        finally:
+            if metrics is not None:
+                metrics.stop()
+                self.metrics = None
+
+    def _run(
+        self,
+        until: Callable[[RunStats], bool] | None,
+        tick: Callable[[RunStats], None] | None,
+        timeout_s: float | None,
+    ) -> RunStats:
         query = self.start()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         next_fence_check = time.monotonic() + FENCE_CHECK_S

@@ -111,8 +111,18 @@ class CatalogConfig(_Model):
         return props
 
 
+class HudiConfig(_Model):
+    """``sink.format: hudi``: a native copy-on-write table (docs/hudi.md)."""
+
+    base_path: str = Field(min_length=1)  # local path or file:///
+    record_key_fields: list[str] = Field(default_factory=list)  # default: Kafka coordinates
+    partition_fields: list[str] = Field(default_factory=list)  # hive-style, by column value
+    dead_letter_base_path: str | None = None  # default: <basePath>_dead_letter
+
+
 class SinkConfig(_Model):
-    format: Literal["iceberg"] = "iceberg"
+    format: Literal["iceberg", "hudi"] = "iceberg"
+    hudi: HudiConfig | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
     partition_by: list[str] = Field(default_factory=list)

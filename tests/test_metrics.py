@@ -165,7 +165,7 @@ def test_outcomes_counters_and_phases(metrics: PipelineMetrics) -> None:
     assert not any(k[0].startswith("ingest_phase") and ("phase", "dedupe") in k[1] for k in s)
     assert value(s, "ingest_pending_instants") == 2
     assert value(s, "ingest_writer_epoch") == 4
-    assert value(s, "ingest_last_batch_id") == 1
+    assert value(s, "ingest_last_batch_id") == 2
     assert time.time() - value(s, "ingest_last_commit_timestamp_seconds") < 60
     assert value(s, "ingest_last_commit_age_seconds") < 60
     assert value(s, "ingest_pipeline_info", pipeline_id="p1", table="db.events", format="iceberg")
@@ -534,32 +534,40 @@ def test_prometheus_scrapes_a_running_pipeline(
     from pipeline.config import parse_config
     from pipeline.kafka.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
 
-    topic = unique_topic("metrics")
-    kafka_broker.create_topic(topic, 3)
-    first = produce(
-        kafka_broker.bootstrap_servers,
-        topic,
-        GeneratorSpec(count=2000, malformed_fraction=0.02, seed=61),
-    )
-    cfg = parse_config(
-        {
-            "id": f"p-{topic}",
-            "source": {"bootstrapServers": kafka_broker.bootstrap_servers, "topics": [topic]},
-            "decode": {"schema": event_schema_fields()},
-            "sink": {"catalog": {"warehouse": str(tmp_path / "warehouse")}, "table": "db.events"},
-            "checkpointLocation": str(tmp_path / "checkpoint"),
-            "trigger": {"mode": "processing-time", "interval": "1 second"},
-            "metrics": {"host": "127.0.0.1", "port": 0, "lagRefreshSeconds": 0.5},
-        }
-    )
-    pipeline = Pipeline(cfg, spark)
-    metrics = attach(pipeline)
-    prom = PrometheusServer(binary, tmp_path, metrics.port)
-    results: list[ProduceResult] = [first]
-    producing: list[threading.Thread] = []
-    produced = threading.Event()
-    ready_seen: list[int] = []
+    # Prometheus first: its ≈5 s target sync overlaps with producing and set-up.
+    exporter_port = _free_port()
+    prom = PrometheusServer(binary, tmp_path, exporter_port)
+    metrics: PipelineMetrics | None = None
     try:
+        topic = unique_topic("metrics")
+        kafka_broker.create_topic(topic, 3)
+        first = produce(
+            kafka_broker.bootstrap_servers,
+            topic,
+            GeneratorSpec(count=2000, malformed_fraction=0.02, seed=61),
+        )
+        cfg = parse_config(
+            {
+                "id": f"p-{topic}",
+                "source": {"bootstrapServers": kafka_broker.bootstrap_servers, "topics": [topic]},
+                "decode": {"schema": event_schema_fields()},
+                "sink": {
+                    "catalog": {"warehouse": str(tmp_path / "warehouse")},
+                    "table": "db.events",
+                },
+                "checkpointLocation": str(tmp_path / "checkpoint"),
+                "trigger": {"mode": "processing-time", "interval": "1 second"},
+                "metrics": {"host": "127.0.0.1", "port": exporter_port, "lagRefreshSeconds": 0.5},
+            }
+        )
+        pipeline = Pipeline(cfg, spark)
+        metrics = attach(pipeline)
+        assert metrics.port == exporter_port
+        results: list[ProduceResult] = [first]
+        producing: list[threading.Thread] = []
+        produced = threading.Event()
+        ready_seen: list[int] = []
+
         # The lag thread reports the backlog before any batch ran.
         prom.wait_for("sum(ingest_consumer_lag_records)", lambda v: v == 2000, timeout=30)
         assert prom.scalar('ingest_commits_total{outcome="committed"}') == 0
@@ -572,7 +580,7 @@ def test_prometheus_scrapes_a_running_pipeline(
 
         def until(stats: Any) -> bool:
             if not ready_seen or ready_seen[-1] != 200:
-                ready_seen.append(http_get(f"{metrics.url}/readyz")[0])
+                ready_seen.append(http_get(f"http://127.0.0.1:{exporter_port}/readyz")[0])
             if stats.batches >= 1 and not producing:  # more records once the backlog is in
                 producing.append(threading.Thread(target=producer, daemon=True))
                 producing[0].start()
@@ -621,5 +629,6 @@ def test_prometheus_scrapes_a_running_pipeline(
         assert all(d["instant"] and d["bytes"] and "write" in d["phases_seconds"] for d in lines)
         assert {d["epoch"] for d in lines} == {pipeline.coordinator.epoch}
     finally:
-        metrics.stop()
+        if metrics is not None:
+            metrics.stop()
         prom.stop()

@@ -45,6 +45,7 @@ def make_config(
             },
             "checkpointLocation": str(tmp / "checkpoint"),
             "trigger": {"mode": "available-now"},
+            "metrics": {"port": 0},
         }
     )
 

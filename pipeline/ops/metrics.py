@@ -875,7 +875,7 @@ class KafkaLagSource:
     """``fetch()`` for :meth:`PipelineMetrics.start_lag_refresh`: the partitions the
     pipeline's source config selects and their broker offsets. The first call also seeds
     committed offsets and the last commit time from the table (authoritative); every call
-    refreshes the pending-instant count from the journal."""
+    refreshes the pending-instant count from the journal and picks up ``stats.fenced``."""
 
     def __init__(self, pipeline: Pipeline, metrics: PipelineMetrics, timeout_s: float) -> None:
         self._pipeline = pipeline
@@ -909,6 +909,9 @@ class KafkaLagSource:
         self._seeded = True
 
     def __call__(self) -> Mapping[TopicPartition, BrokerOffsets]:
+        if getattr(getattr(self._pipeline, "stats", None), "fenced", False):
+            # Pipeline.run's idle epoch check fences outside any batch
+            self._metrics.mark_fenced("a newer writer epoch took over the table")
         if not self._seeded:
             self._seed()
         try:
@@ -1018,4 +1021,5 @@ def attach(pipeline: Pipeline, *, serve: bool | None = None, wrap: bool = True) 
         interval = cfg.metrics.lag_refresh_seconds
         source = KafkaLagSource(pipeline, metrics, timeout_s=min(30.0, max(5.0, interval)))
         metrics.start_lag_refresh(source, interval)
+    pipeline.metrics = metrics  # Pipeline.run reuses it instead of starting another
     return metrics

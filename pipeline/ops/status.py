@@ -13,6 +13,10 @@ from pipeline.errors import PipelineError
 
 
 def print_status(cfg: PipelineConfig, console: Console) -> None:
+    if cfg.sink.format == "hudi":
+        from pipeline.hudi.status import print_hudi_status
+
+        return print_hudi_status(cfg, console)
     from pipeline.iceberg.sinks import IcebergSinks
     from pipeline.kafka.client import KafkaMetadata, consumer_config
 

@@ -14,14 +14,17 @@
 #                e.g. debian:bookworm-slim@sha256:…, for byte-for-byte reproducible bases)
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_CERT
 #                a Python package mirror / a CA bundle (mounted with `--volume` at build
-#                time) for building behind a proxy; used by the build stage only
+#                time) for building behind a proxy; used by the build stages only
 #   EXTRA_JARS   space-separated "URL#SHA256" items added to Spark's jars directory, e.g.
 #                the Hudi Spark bundle or hadoop-aws; every download is checked against its
 #                SHA-256 and the build fails on a mismatch or a missing checksum
+#
+# Layers: the dependencies (~860 MB, PySpark mostly) change only with pyproject.toml or
+# EXTRA_JARS; a code change rebuilds and ships only the small package layer.
 ARG BASE_IMAGE=debian:bookworm-slim
 
-# ---- build: the virtualenv ---------------------------------------------------------------
-FROM ${BASE_IMAGE} AS build
+# ---- deps: a virtualenv with the dependencies, without the package ----------------------
+FROM ${BASE_IMAGE} AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ARG DEBIAN_FRONTEND=noninteractive
 # Debian point releases update these packages; the pins keep the major.minor line fixed.
@@ -37,8 +40,9 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_CERT
 WORKDIR /src
-# Dependencies first, in a layer that changes only with pyproject.toml: installed through a
-# stub of the package, which is then removed again.
+# The dependencies are installed through a stub of the package, which is removed again.
+# Byte code is compiled without timestamps (unchecked-hash): reproducible layers, and the
+# read-only venv never needs to be written at run time.
 COPY pyproject.toml README.md ./
 RUN python3 -m venv /opt/ingest/venv \
  && mkdir pipeline && touch pipeline/__init__.py \
@@ -52,15 +56,6 @@ RUN python3 -m venv /opt/ingest/venv \
  && ln -s "$site"/pyspark /opt/ingest/spark \
  && /opt/ingest/venv/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
       /opt/ingest/venv/lib >/dev/null
-# Byte code is compiled without timestamps (unchecked-hash): reproducible layers, and the
-# read-only venv never needs to be written at run time.
-
-# The package itself.
-COPY pipeline ./pipeline
-RUN /opt/ingest/venv/bin/pip install --no-compile --no-deps . \
- && rm -rf build ./*.egg-info \
- && /opt/ingest/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash \
-      "$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pipeline" >/dev/null
 
 # Extra jars (e.g. the Hudi Spark bundle): downloaded with Python, checked against SHA-256.
 ARG EXTRA_JARS=""
@@ -74,9 +69,14 @@ RUN for item in $EXTRA_JARS; do \
       echo "$sum  /opt/ingest/spark/jars/$name" | sha256sum --check --strict - || exit 1; \
     done
 
-COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
-COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py
-COPY --chmod=0644 conf/log4j2.properties conf/spark-defaults.conf /opt/ingest/conf/
+# ---- package: the application as a wheel ------------------------------------------------
+FROM deps AS package
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_CERT
+COPY pipeline ./pipeline
+RUN /opt/ingest/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
+ && rm -rf build ./*.egg-info
 
 # ---- runtime -----------------------------------------------------------------------------
 FROM ${BASE_IMAGE}
@@ -99,7 +99,15 @@ RUN mkdir -p /usr/share/man/man1 \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/ingest --create-home \
       --shell /usr/sbin/nologin ingest
 
-COPY --from=build /opt/ingest /opt/ingest
+COPY --from=deps /opt/ingest /opt/ingest
+COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
+COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py
+COPY --chmod=0644 conf/log4j2.properties conf/spark-defaults.conf /opt/ingest/conf/
+COPY --from=package /wheels /tmp/wheels
+RUN /opt/ingest/venv/bin/pip install --no-cache-dir --no-compile --no-deps --no-index /tmp/wheels/*.whl \
+ && /opt/ingest/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash \
+      "$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pipeline" >/dev/null \
+ && rm -rf /tmp/wheels
 
 ENV PATH=/opt/ingest/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     SPARK_HOME=/opt/ingest/spark \

@@ -67,7 +67,7 @@ def demo(
     lake: Annotated[Path, typer.Option(help="where tables and checkpoints go")] = Path("./lake"),
     events: Annotated[int, typer.Option(help="events to generate")] = 50_000,
     partitions: Annotated[int, typer.Option(help="Kafka partitions")] = 8,
-    rate: Annotated[float, typer.Option(help="events per second")] = 5_000.0,
+    rate: Annotated[float, typer.Option(help="events per second")] = 2_500.0,
     malformed: Annotated[float, typer.Option(help="fraction of malformed events")] = 0.01,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 600.0,
 ) -> None:

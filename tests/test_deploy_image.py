@@ -72,15 +72,21 @@ def _instructions() -> list[tuple[str, str]]:
 def test_dockerfile_shape() -> None:
     ins = _instructions()
     froms = [a for i, a in ins if i == "FROM"]
-    assert froms == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"], froms
+    assert froms == ["${BASE_IMAGE} AS deps", "deps AS package", "${BASE_IMAGE}"], froms
     arg_default = next(a for i, a in ins if i == "ARG" and a.startswith("BASE_IMAGE="))
     assert arg_default == "BASE_IMAGE=debian:bookworm-slim"
     runs = " ".join(a for i, a in ins if i == "RUN")
     # Debian's Python 3.11 and the OpenJDK 17 JRE, no recommends, apt lists removed
     assert "python3=3.11.*" in runs and "openjdk-17-jre-headless=17.*" in runs
     assert "--no-install-recommends" in runs and "rm -rf /var/lib/apt/lists/*" in runs
-    # the package from the repository, no pip cache
+    # dependencies in their own layer, before the package's code is copied in; the package
+    # (from the repository) is a wheel installed into the runtime image without deps
     assert "pip install --no-compile ." in runs
+    flat = [f"{i} {a}" for i, a in ins]
+    deps_install = next(n for n, x in enumerate(flat) if "pip install --no-compile ." in x)
+    copy_code = flat.index("COPY pipeline ./pipeline")
+    assert deps_install < copy_code
+    assert "pip install --no-cache-dir --no-compile --no-deps --no-index /tmp/wheels/*.whl" in runs
     assert ("ENV", "PIP_NO_CACHE_DIR=1") in [(i, a.split()[0]) for i, a in ins]
     # non-root, numeric (Kubernetes runAsNonRoot can verify it), entry point runs ingest
     users = [a for i, a in ins if i == "USER"]

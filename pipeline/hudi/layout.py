@@ -183,6 +183,7 @@ def write_file(path: str, data: bytes, *, tmp_dir: str, exclusive: bool = True) 
     """Make ``path`` appear complete with ``data`` (temp file + fsync + link/rename + dir
     fsync). ``exclusive``: create-if-absent, returns False when ``path`` exists."""
     os.makedirs(tmp_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(tmp_dir, f".tmp-{uuid.uuid4().hex}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:

@@ -103,9 +103,14 @@ class HudiSinks:
             dl_base, dl_database, dl_name, dead_letter_schema(), KAFKA_KEY_FIELDS, ()
         )
         data_schema = Schema(*[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES])
+        main_committer = HudiCommitter(HudiTable(main))
+        dead_committer = HudiCommitter(HudiTable(dead))
+        # the coordinator commits dead letters first, then the main table: a main commit
+        # of T ends the dead-letter table's T when it had no dead letters
+        main_committer.followers.append(dead_committer)
         return cls(
-            main=HudiCommitter(HudiTable(main)),
-            dead_letter=HudiCommitter(HudiTable(dead)),
+            main=main_committer,
+            dead_letter=dead_committer,
             data_ddl=spark_ddl(data_schema) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
             target_file_size_bytes=sink.target_file_size_bytes,

@@ -142,6 +142,27 @@ class HudiTable:
             reverse=True,
         )
 
+    def pending_times(self) -> list[str]:
+        """Instants with requested/inflight files and no completed commit, oldest first."""
+        by_time: dict[str, set[str]] = {}
+        for i in self.instants():
+            if i.action == "commit":
+                by_time.setdefault(i.time, set()).add(i.state)
+        return sorted(t for t, states in by_time.items() if "completed" not in states)
+
+    def has_markers(self, ts: str) -> bool:
+        """Whether a worker staged (or began staging) a file of ``ts`` in this table."""
+        root = os.path.join(self.paths.meta, MARKERS_DIR, ts)
+        return any(files for _, _, files in os.walk(root))
+
+    def discard_pending(self, meta: str, ts: str) -> None:
+        """Forget pending instant ``ts`` that staged nothing: ``.inflight``, then
+        ``.commit.requested``, then its (empty) marker directory."""
+        for name in (inflight_name(ts), requested_name(ts)):
+            if remove(os.path.join(meta, name)):
+                fsync_dir(meta)
+        shutil.rmtree(os.path.join(meta, MARKERS_DIR, ts), ignore_errors=True)
+
     def latest_instant_time(self) -> str | None:
         times = [i.time for i in self.instants()]
         return max(times) if times else None
@@ -399,6 +420,9 @@ class HudiCommitter:
 
     def __init__(self, table: HudiTable) -> None:
         self.hudi = table
+        # Tables this one's commits follow (the dead-letter table of the same batches):
+        # when T commits here, their pending T that staged nothing is discarded.
+        self.followers: list[HudiCommitter] = []
 
     @property
     def spec(self) -> HudiTableSpec:
@@ -590,6 +614,11 @@ class HudiCommitter:
             if not self.hudi.exists():
                 return
             self.hudi.check()
+            for ts in self.hudi.pending_times():
+                if ts < instant and not self.hudi.has_markers(ts):
+                    # an earlier instant that staged nothing here (its batch had no rows
+                    # for this table, or a crash came before the follower's release)
+                    self.hudi.discard_pending(meta, ts)
             if os.path.exists(os.path.join(meta, commit_name(instant))):
                 raise CommitError(f"Hudi table {self.hudi.base}: instant {instant} exists")
             if not os.path.exists(os.path.join(meta, requested_name(instant))):
@@ -613,10 +642,18 @@ class HudiCommitter:
             if self._completed(instant):
                 log.warning("instant %s is a completed commit: not aborted", instant)
                 return
-            for name in (inflight_name(instant), requested_name(instant)):
-                if remove(os.path.join(meta, name)):
-                    fsync_dir(meta)
-            shutil.rmtree(os.path.join(meta, MARKERS_DIR, instant), ignore_errors=True)
+            self.hudi.discard_pending(meta, instant)
+
+    def release(self, instant: str) -> None:
+        """The batch of ``instant`` committed elsewhere (the main table) and staged
+        nothing here: drop this table's pending ``instant`` (begun for nothing)."""
+        with self.hudi.locked() as meta:
+            if (
+                self.hudi.exists()
+                and not self._completed(instant)
+                and not self.hudi.has_markers(instant)
+            ):
+                self.hudi.discard_pending(meta, instant)
 
     # -- commit --------------------------------------------------------------------------
 
@@ -672,6 +709,8 @@ class HudiCommitter:
                 self.hudi.complete(meta, ts, metadata)
             else:
                 self.hudi.create(meta, ts, metadata)
+        for follower in self.followers:
+            follower.release(ts)
         log.info(
             "%s: Hudi commit %s with %d files, %d records in %s (%.3fs)",
             what,

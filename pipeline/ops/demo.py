@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
+from pipeline.commit.coordinator import BatchOutcome
 from pipeline.source.offsets import TopicPartition
 
 
@@ -98,6 +99,16 @@ def run_demo(
         ) as progress:
             p_task = progress.add_task("produced ", total=events)
             c_task = progress.add_task("committed", total=events)
+
+            def announce(outcome: BatchOutcome) -> None:
+                progress.console.print(
+                    f"batch {outcome.batch_id} {outcome.outcome}: {outcome.records} rows, "
+                    f"{outcome.dead_letter_records} dead letters, {outcome.files} files, "
+                    f"instant {outcome.instant} "
+                    f"({sum(outcome.timings.values()):.2f}s write+commit)"
+                )
+
+            pipeline.on_batch = announce
 
             def tick(stats: object) -> None:
                 s = pipeline.stats

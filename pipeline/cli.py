@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -54,6 +55,13 @@ def run(
 
     _setup_logging(verbose)
     cfg = load_config(config, set_ or [])
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        # Kubernetes stops pods with SIGTERM: stop the query between batches' steps; a batch
+        # cut short is finished or rolled back by the next run's recovery.
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     pipeline = Pipeline(cfg)
     stats = pipeline.run()
     out.print(

@@ -118,6 +118,14 @@ def values_of(values: Path | None) -> dict[str, Any]:
     return merge(base, yaml.safe_load(values.read_text()) if values else {})
 
 
+def data_path(v: dict[str, Any]) -> str:
+    """Where the executors write data files: the Hudi base path or the Iceberg warehouse."""
+    sink = v["pipeline"]["sink"]
+    if sink.get("format") == "hudi":
+        return str(sink["hudi"]["basePath"])
+    return str(sink["catalog"]["warehouse"])
+
+
 def driver_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     dep = one(docs, "Deployment")
     (container,) = dep["spec"]["template"]["spec"]["containers"]
@@ -147,6 +155,8 @@ def test_there_are_at_least_three_non_default_value_sets() -> None:
     assert len(CI_VALUES) >= 3, CI_VALUES
     modes = {values_of(v)["spark"]["mode"] for v in CI_VALUES}
     assert modes == {"kubernetes", "local"}
+    formats = {values_of(v)["pipeline"]["sink"].get("format", "iceberg") for v in CI_VALUES}
+    assert formats == {"iceberg", "hudi"}
 
 
 @pytest.mark.parametrize("values", VALUE_SETS, ids=_ids)
@@ -379,10 +389,7 @@ def test_driver_deployment(helm: Any, values: Path | None) -> None:
             assert claim == v["persistence"]["existingClaim"] and not pvcs
         else:
             assert [p["metadata"]["name"] for p in pvcs] == [claim]
-            executors_mount = (
-                v["spark"]["mode"] == "kubernetes"
-                and "://" not in (v["pipeline"]["sink"]["catalog"]["warehouse"])
-            )
+            executors_mount = v["spark"]["mode"] == "kubernetes" and "://" not in data_path(v)
             auto = ["ReadWriteMany"] if executors_mount else ["ReadWriteOnce"]
             assert pvcs[0]["spec"]["accessModes"] == (v["persistence"]["accessModes"] or auto)
     else:
@@ -472,9 +479,7 @@ def test_spark_client_mode_wiring(helm: Any, values: Path | None) -> None:
     # executors mount the state volume only when the warehouse lives on it
     tmpl = yaml.safe_load(data["executor-pod-template.yaml"])
     mounts = {m["name"] for m in tmpl["spec"]["containers"][0]["volumeMounts"]}
-    on_volume = (
-        v["persistence"]["enabled"] and "://" not in v["pipeline"]["sink"]["catalog"]["warehouse"]
-    )
+    on_volume = v["persistence"]["enabled"] and "://" not in data_path(v)
     assert ("state" in mounts) == on_volume
     assert tmpl["spec"]["automountServiceAccountToken"] is False
 

@@ -272,6 +272,33 @@ def test_layout_properties_and_partition_metadata(tmp_path: Path) -> None:
     assert set(pa.Table.from_batches(got)["country"].to_pylist()) == {"de"}
 
 
+def test_hudi_rs_ignores_our_state_inside_hoodie_but_reads_a_sibling_dot_dir(
+    tmp_path: Path,
+) -> None:
+    """Why the journal, lock and fence records live in ``.hoodie/.ingest/``: hudi-rs lists
+    every directory under the base path except ``.hoodie`` as a possible partition."""
+    base = tmp_path / "events"
+    c = HudiCommitter(HudiTable(make_spec(base)))
+    commit_range(c, 0, 0, 30)
+    journal = base / ".hoodie" / ".ingest" / "journal"
+    assert (base / ".hoodie" / ".ingest" / "lock").is_file()
+    a_file = base / next(iter(sorted(base_files(base))))
+    inside = base / ".hoodie" / ".ingest" / "tmp" / a_file.name
+    inside.parent.mkdir(parents=True, exist_ok=True)
+    inside.write_bytes(a_file.read_bytes())
+    (journal / "x").mkdir(parents=True, exist_ok=True)
+    (journal / "x" / "20240101000000000.requested").write_text("{}")
+    assert coords(read(base)) == expected(T0, 0, 30)  # undisturbed
+    beside = base / ".ingest" / "tmp" / a_file.name
+    beside.parent.mkdir(parents=True)
+    beside.write_bytes(a_file.read_bytes())
+    try:
+        disturbed = coords(read(base))
+    except Exception:  # hudi-rs may also refuse the duplicate file id
+        disturbed = None
+    assert disturbed != expected(T0, 0, 30)
+
+
 def test_unpartitioned_table_with_a_configured_key(tmp_path: Path) -> None:
     base = tmp_path / "flat"
     c = HudiCommitter(HudiTable(make_spec(base, partition_fields=(), key_fields=("id",))))

@@ -76,7 +76,9 @@ app.kubernetes.io/part-of: kafka-lakehouse-ingest
 {{/* "true" when the executors need the state volume: Kubernetes executors write data
      files into a warehouse that is a local path on that volume. */}}
 {{- define "ingest.executorsMountState" -}}
-{{- if and (eq .Values.spark.mode "kubernetes") .Values.persistence.enabled (include "ingest.isLocalPath" .Values.pipeline.sink.catalog.warehouse) -}}true{{- end -}}
+{{- $sink := .Values.pipeline.sink -}}
+{{- $data := ternary ((($sink.hudi | default dict).basePath) | default "") $sink.catalog.warehouse (eq ($sink.format | default "iceberg") "hudi") -}}
+{{- if and (eq .Values.spark.mode "kubernetes") .Values.persistence.enabled $data (include "ingest.isLocalPath" $data) -}}true{{- end -}}
 {{- end -}}
 
 {{/* The PVC's access modes: persistence.accessModes, or chosen from the Spark mode. */}}
@@ -98,7 +100,12 @@ one line naming the values to change.
 {{- $v := .Values -}}
 {{- $p := $v.pipeline -}}
 {{- $mount := trimSuffix "/" $v.persistence.mountPath -}}
-{{- range $key, $path := dict "pipeline.checkpointLocation" $p.checkpointLocation "pipeline.sink.catalog.warehouse" $p.sink.catalog.warehouse -}}
+{{- $statePaths := dict "pipeline.checkpointLocation" $p.checkpointLocation "pipeline.sink.catalog.warehouse" $p.sink.catalog.warehouse -}}
+{{- with $p.sink.hudi -}}
+{{- $_ := set $statePaths "pipeline.sink.hudi.basePath" .basePath -}}
+{{- with .deadLetterBasePath }}{{- $_ := set $statePaths "pipeline.sink.hudi.deadLetterBasePath" . -}}{{- end -}}
+{{- end -}}
+{{- range $key, $path := $statePaths -}}
 {{- if include "ingest.isLocalPath" $path -}}
 {{- if not $v.persistence.enabled -}}
 {{- fail (printf "%s is the local path %q but persistence.enabled is false: exactly-once state would be lost with the pod. Enable persistence (a PVC) or use an object store URI (s3a://…, gs://…)." $key $path) -}}
@@ -110,7 +117,7 @@ one line naming the values to change.
 {{- end -}}
 {{- end -}}
 {{- if and (include "ingest.executorsMountState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" (include "ingest.accessModes" . | fromYamlArray))) -}}
-{{- fail "persistence.accessModes must include ReadWriteMany: with spark.mode=kubernetes the executor pods write data files into the warehouse on that volume. Alternatively put pipeline.sink.catalog.warehouse on an object store, or use spark.mode=local." -}}
+{{- fail "persistence.accessModes must include ReadWriteMany: with spark.mode=kubernetes the executor pods write data files into the warehouse (or Hudi base path) on that volume. Alternatively put pipeline.sink.catalog.warehouse on an object store, or use spark.mode=local." -}}
 {{- end -}}
 {{- if and (eq $v.spark.mode "kubernetes") (not $v.rbac.create) (not $v.serviceAccount.name) -}}
 {{- fail "spark.mode=kubernetes with rbac.create=false needs serviceAccount.name: a ServiceAccount allowed to create, watch and delete pods, services, configmaps and persistentvolumeclaims in the release namespace." -}}

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -90,3 +91,52 @@ def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
     with pytest.raises(EnvironmentProblem, match="Java 11 found, Spark 4 needs Java 17"):
         check_java()
+
+
+def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Path) -> None:
+    """`spark-submit pipeline/main.py --config …` (a bare --config means `run`)."""
+    import yaml
+    from kafka_fixtures import unique_topic
+
+    from pipeline.config import load_config
+    from pipeline.iceberg.sinks import IcebergSinks
+    from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+
+    topic = unique_topic("submit")
+    kafka_broker.create_topic(topic, 2)
+    produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=7))
+    cfg_file = tmp_path / "p.yaml"
+    cfg_file.write_text(
+        yaml.safe_dump(
+            {
+                "id": "submit",
+                "source": {"bootstrapServers": kafka_broker.bootstrap_servers, "topics": [topic]},
+                "decode": {"schema": event_schema_fields()},
+                "sink": {"catalog": {"warehouse": str(tmp_path / "wh")}, "table": "db.submitted"},
+                "checkpointLocation": str(tmp_path / "ckpt"),
+                "trigger": {"mode": "available-now"},
+                "metrics": {"enabled": False},
+            }
+        )
+    )
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{submit.parent}:{env.get('PATH', '')}"  # the venv, as when activated
+    r = subprocess.run(
+        [
+            str(submit),
+            "--master",
+            "local[2]",
+            str(ROOT / "pipeline" / "main.py"),
+            "--config",
+            str(cfg_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = IcebergSinks.from_config(load_config(cfg_file)).main.table()
+    assert table is not None and len(table.scan().to_arrow()) == 400

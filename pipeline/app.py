@@ -53,10 +53,15 @@ class Pipeline:
         from pipeline.iceberg.sinks import IcebergSinks
 
         self.cfg = cfg
+        self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         if cfg.sink.format == "hudi":
             from pipeline.hudi.sinks import HudiSinks
 
             self.sinks: Any = HudiSinks.from_config(cfg)
+        elif cfg.sink.format == "both":
+            from pipeline.dual import DualSinks
+
+            self.sinks = DualSinks.from_config(cfg, self.faults)
         else:
             self.sinks = IcebergSinks.from_config(cfg)
         self._spark = spark
@@ -66,7 +71,6 @@ class Pipeline:
             register_source(spark)
         self.stats = RunStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
-        self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         exactly_once = cfg.commit.mode == "exactly-once"
         self.timeline = self.sinks.timeline(cfg.id) if exactly_once else None
         self.coordinator = Coordinator(

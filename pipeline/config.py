@@ -121,7 +121,7 @@ class HudiConfig(_Model):
 
 
 class SinkConfig(_Model):
-    format: Literal["iceberg", "hudi"] = "iceberg"
+    format: Literal["iceberg", "hudi", "both"] = "iceberg"  # both: one query, two tables
     hudi: HudiConfig | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")

@@ -302,7 +302,7 @@ class Coordinator:
                 self.timeline.complete(inst.time)  # committed; only the marker was missing
                 done.append((inst.time, "completed"))
                 continue
-            if b is not None and self._dead_letters_committed(inst) and self._intact(inst):
+            if b is not None and self._partly_committed(inst) and self._intact(inst):
                 # Dead letters of this instant are committed: rolling it back would delete
                 # files that table references. Finish it instead (any incarnation): the
                 # main table then holds its offsets and replays drop them as overlap.
@@ -346,6 +346,18 @@ class Coordinator:
             return False  # Spark replans this batch differently: recompute it
         return self._intact(inst)
 
+    def _partly_committed(self, inst: Instant) -> bool:
+        """Some table already references the instant's files (dead letters, or one of
+        several main tables): it must be finished, never rolled back."""
+        b = inst.batch
+        if b is None:
+            return False
+        any_committed = getattr(self.main, "any_committed", None)  # multi-table mains
+        return self._dead_letters_committed(inst) or bool(
+            any_committed is not None
+            and any_committed(b.pipeline_id, b.incarnation, b.batch_id, inst.end)
+        )
+
     def _dead_letters_committed(self, inst: Instant) -> bool:
         b = inst.batch
         return (
@@ -380,8 +392,11 @@ class Coordinator:
                 "letters (a recomputed batch may add them again)",
                 inst.time,
             )
+        keep_main = not keep_dead and self._partly_committed(inst)  # a multi-table main
+        if keep_main:
+            log.error("instant %s: partly committed but files lost; keeping its files", inst.time)
         for name, table in ((MAIN, self.main), (DEAD_LETTER, self.dead_letter)):
-            if table is None or (name == DEAD_LETTER and keep_dead):
+            if table is None or (name == DEAD_LETTER and keep_dead) or (name == MAIN and keep_main):
                 continue
             paths = [f.path for f in listed if f.table == name]
             first, rest = paths[:1], paths[1:]

@@ -53,6 +53,8 @@ class TaskPlan:
     # (topic, partition) -> first offset not yet in the table; rows below are dropped
     drop_below: dict[tuple[str, int], int] = field(default_factory=dict)
     faults: str | None = None  # armed fault points (only "mid-write" acts here)
+    # writer for the dead-letter table when it differs from the main table's
+    dead_letter_write_files: FileWriter | None = None
 
 
 class _Buffer:
@@ -75,7 +77,10 @@ class _Buffer:
         if not self.batches:
             return
         # 1,000 flushes per task attempt keep file-name seeds unique across retries.
-        self.out += self.plan.write_files(self.ctx, self.batches, self.seed * 1000 + self.flushes)
+        write = self.plan.write_files
+        if self.kind == "dead_letter" and self.plan.dead_letter_write_files is not None:
+            write = self.plan.dead_letter_write_files
+        self.out += write(self.ctx, self.batches, self.seed * 1000 + self.flushes)
         self.flushes += 1
         self.batches, self.nbytes = [], 0
 

@@ -97,13 +97,10 @@ class Pipeline:
         return self._spark
 
     def check_broker(self) -> None:
-        from pipeline.kafka.client import KafkaMetadata, consumer_config
+        from pipeline.kafka.client import KafkaMetadata
 
         s = self.cfg.source
-        md = KafkaMetadata(
-            consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level),
-            timeout_s=15,
-        )
+        md = KafkaMetadata(self.sources_conf(), timeout_s=15)
         md.check_reachable()
         if s.topics:
             md.topic_partitions(s.topics)

@@ -8,11 +8,8 @@ commits is the new window: the same batch replayed is recommitted; a new query
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from drivers import run_driver as _run
 from kafka_fixtures import KafkaTestBroker, unique_topic
 from test_pipeline_iceberg import coords, produced
 
@@ -112,21 +110,6 @@ def test_one_query_two_tables_exactly_once(
     p.run()
     assert coords(p) == produced(r1, r2)
     assert hudi_coords(tmp_path) == good([r1, r2], dead)
-
-
-def _run(config: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
-    env.pop("INGEST_FAULT", None)
-    if fault:
-        env["INGEST_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
 
 
 @pytest.mark.parametrize("replay", ["same-checkpoint", "checkpoint-lost"])

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from drivers import run_driver as _run
 from kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.app import Pipeline
@@ -173,21 +174,6 @@ def _config_file(tmp: Path, bootstrap: str, topic: str, master: str = "local[2]"
     path = tmp / "pipeline.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-def _run(config: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
-    env.pop("INGEST_FAULT", None)
-    if fault:
-        env["INGEST_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
 
 
 def _check_clean(tmp: Path, config: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import postgres_uri
+from drivers import run_driver as _run
 from kafka_fixtures import KafkaTestBroker, unique_topic
 from test_pipeline_iceberg import coords, make_config, produced
 
@@ -52,21 +53,6 @@ def _config_file(
     path = tmp / "pipeline.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-def _run(config: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
-    env.pop("INGEST_FAULT", None)
-    if fault:
-        env["INGEST_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
 
 
 def _data_files(warehouse: Path) -> set[str]:

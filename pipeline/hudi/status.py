@@ -5,17 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from pipeline.config import PipelineConfig
-from pipeline.errors import PipelineError
 
 
 def print_hudi_status(cfg: PipelineConfig, console: Console) -> None:
     from pipeline.hudi.sinks import HudiSinks
-    from pipeline.kafka.client import KafkaMetadata, consumer_config
-    from pipeline.ops.status import _print_journal
-    from pipeline.source.offsets import TopicPartition
+    from pipeline.ops.status import _print_journal, print_offsets_and_lag
 
     sinks = HudiSinks.from_config(cfg)
     table = sinks.main.hudi
@@ -39,22 +35,4 @@ def print_hudi_status(cfg: PipelineConfig, console: Console) -> None:
         f"pipeline {cp.pipeline_id}: last batch {cp.batch_id} (incarnation {cp.incarnation}, "
         f"writer epoch {cp.epoch}), instant {cp.instant}, committed at {at}"
     )
-    s = cfg.source
-    ends: dict[tuple[str, int], int] = {}
-    try:
-        md = KafkaMetadata(
-            consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level),
-            timeout_s=10,
-        )
-        tps = [TopicPartition(t, p) for (t, p) in cp.committed_offsets]
-        ends = {(tp.topic, tp.partition): b.high for tp, b in md.offsets(tps).items()}
-    except PipelineError as e:
-        console.print(f"[yellow]lag unknown: {e.message}[/]")
-    rt = RichTable(title="committed offsets")
-    for col in ("topic", "partition", "committed next offset", "broker end", "lag"):
-        rt.add_column(col, justify="right")
-    for (topic, part), off in sorted(cp.committed_offsets.items()):
-        end = ends.get((topic, part))
-        lag = "-" if end is None else str(max(0, end - off))
-        rt.add_row(topic, str(part), str(off), "-" if end is None else str(end), lag)
-    console.print(rt)
+    print_offsets_and_lag(cfg, cp.committed_offsets, console)

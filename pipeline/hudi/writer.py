@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.conform import conform_batch
 from pipeline.errors import PipelineError
 from pipeline.hudi.layout import (
     MARKERS_DIR,
@@ -88,33 +89,7 @@ def _task_ids(seed: int) -> tuple[int, int]:
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    names = set(batch.schema.names)
-    extra = names - set(target.names)
-    if extra:
-        raise BaseFileWriteError(
-            f"columns {sorted(extra)} are not in the Hudi table schema ({', '.join(target.names)})"
-        )
-    arrays: list[pa.Array] = []
-    for field in target:
-        if field.name not in names:
-            if not field.nullable:
-                raise BaseFileWriteError(f"required column {field.name!r} is missing from the rows")
-            arrays.append(pa.nulls(batch.num_rows, type=field.type))
-            continue
-        column = batch.column(field.name)
-        if not field.nullable and column.null_count:
-            raise BaseFileWriteError(
-                f"required column {field.name!r} has {column.null_count} null value(s)"
-            )
-        if not column.type.equals(field.type):
-            try:
-                column = column.cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise BaseFileWriteError(
-                    f"column {field.name!r}: cannot convert {column.type} to {field.type}: {e}"
-                ) from e
-        arrays.append(column)
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+    return conform_batch(batch, target, BaseFileWriteError, "the Hudi table schema")
 
 
 def _split(table: pa.Table, fields: tuple[str, ...]) -> list[tuple[str, pa.Table]]:

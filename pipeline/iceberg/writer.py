@@ -71,6 +71,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import DateType, IcebergType, PrimitiveType
 from pyiceberg.utils.properties import property_as_int
 
+from pipeline.conform import conform_batch
 from pipeline.errors import PipelineError
 
 if TYPE_CHECKING:
@@ -273,35 +274,13 @@ def deserialize_data_file(blob: bytes) -> DataFile:
 
 
 def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """Select/cast ``batch``'s columns (by name) to exactly ``target``."""
-    names = set(batch.schema.names)
-    extra = names - set(target.names)
-    if extra:
-        raise DataFileWriteError(
-            f"columns {sorted(extra)} are not in the table schema ({', '.join(target.names)}); "
-            "evolve the table or fix the decoder"
-        )
-    arrays: list[pa.Array] = []
-    for field in target:
-        if field.name not in names:
-            if not field.nullable:
-                raise DataFileWriteError(f"required column {field.name!r} is missing from the rows")
-            arrays.append(pa.nulls(batch.num_rows, type=field.type))
-            continue
-        column = batch.column(field.name)
-        if not field.nullable and column.null_count:
-            raise DataFileWriteError(
-                f"required column {field.name!r} has {column.null_count} null value(s)"
-            )
-        if not column.type.equals(field.type):
-            try:
-                column = column.cast(field.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise DataFileWriteError(
-                    f"column {field.name!r}: cannot convert {column.type} to {field.type}: {e}"
-                ) from e
-        arrays.append(column)
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+    return conform_batch(
+        batch,
+        target,
+        DataFileWriteError,
+        "the table schema",
+        "; evolve the table or fix the decoder",
+    )
 
 
 _MICROS_PER_HOUR = 3_600_000_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +11,7 @@ from rich.table import Table as RichTable
 
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
+from pipeline.source.offsets import TopicPartition
 
 
 def print_status(cfg: PipelineConfig, console: Console) -> None:
@@ -18,7 +20,6 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
 
         return print_hudi_status(cfg, console)
     from pipeline.iceberg.sinks import IcebergSinks
-    from pipeline.kafka.client import KafkaMetadata, consumer_config
 
     sinks = IcebergSinks.from_config(cfg)
     table = sinks.main.table()
@@ -42,6 +43,15 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
         f"pipeline {cp.pipeline_id}: last batch {cp.batch_id} (incarnation {cp.incarnation}, "
         f"writer epoch {cp.epoch}), committed at {when}"
     )
+    print_offsets_and_lag(cfg, cp.committed_offsets, console)
+
+
+def print_offsets_and_lag(
+    cfg: PipelineConfig, committed: Mapping[TopicPartition, int], console: Console
+) -> None:
+    """The table's committed offsets per partition, the broker's end, and the lag."""
+    from pipeline.kafka.client import KafkaMetadata, consumer_config
+
     s = cfg.source
     ends: dict[tuple[str, int], int] = {}
     try:
@@ -49,16 +59,14 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
             consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level),
             timeout_s=10,
         )
-        from pipeline.source.offsets import TopicPartition
-
-        tps = [TopicPartition(t, p) for (t, p) in cp.committed_offsets]
+        tps = [TopicPartition(t, p) for (t, p) in committed]
         ends = {(tp.topic, tp.partition): b.high for tp, b in md.offsets(tps).items()}
     except PipelineError as e:
         console.print(f"[yellow]lag unknown: {e.message}[/]")
     rt = RichTable(title="committed offsets")
     for col in ("topic", "partition", "committed next offset", "broker end", "lag"):
         rt.add_column(col, justify="right")
-    for (topic, part), off in sorted(cp.committed_offsets.items()):
+    for (topic, part), off in sorted(committed.items()):
         end = ends.get((topic, part))
         lag = "-" if end is None else str(max(0, end - off))
         rt.add_row(topic, str(part), str(off), "-" if end is None else str(end), lag)

@@ -83,6 +83,8 @@ class Pipeline:
             data_loss=self._data_loss,
         )
         self._incarnation: str | None = None
+        self._broker_checked = False
+        self._starting_offsets: str | None = None  # the source's startingOffsets option
         self.metrics: Any = None  # PipelineMetrics (ops.metrics.attach) while running
 
     # -- set-up ----------------------------------------------------------------------
@@ -136,6 +138,7 @@ class Pipeline:
         opts["failOnDataLoss"] = str(s.fail_on_data_loss).lower()
         opts["isolationLevel"] = s.isolation_level
         opts["includeHeaders"] = str(s.include_headers).lower()
+        opts["brokerRetrySeconds"] = str(s.broker_retry_seconds)
         return opts
 
     def resolve_starting_offsets(self) -> str:
@@ -175,8 +178,15 @@ class Pipeline:
             f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
         )
 
+        read_start = start if start is not None else self._explicit_start(end)
+        arrow = self.cfg.decode.engine == "arrow" and read_start is not None
+
         def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
             plan = self.sinks.task_plan(write_id, drop_below, faults=armed or None)
+            if arrow:
+                assert read_start is not None
+                # df is never touched: tasks read the batch's ranges from Kafka themselves
+                return self._write_arrow(df.sparkSession, plan, read_start, end)
             rows = df.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
             return collect_staged(r.asDict() for r in rows)
 
@@ -216,6 +226,55 @@ class Pipeline:
         if self.timeline is not None and batch_id % 50 == 0:
             self.timeline.purge_finished(self.cfg.commit.journal_retention)
 
+    def _explicit_start(self, end: PartitionOffsets) -> PartitionOffsets | None:
+        """Start of a checkpoint's first batch when the source's initial offsets are
+        explicit for every partition in ``end`` (JSON offsets, e.g. resumed from the
+        table); None otherwise (earliest/latest are re-evaluated by Spark, so only the
+        batch's own DataFrame knows them and the first batch uses the Spark engine)."""
+        import json
+
+        text = self._starting_offsets
+        if not text or not text.lstrip().startswith("{"):
+            return None
+        try:
+            given = PartitionOffsets.from_json(text)
+        except (ValueError, json.JSONDecodeError):
+            return None
+        if any(given.get(tp, -1) < 0 for tp in end):
+            return None
+        return PartitionOffsets({tp: given[tp] for tp in end})
+
+    def _write_arrow(
+        self, spark: Any, plan: Any, start: PartitionOffsets, end: PartitionOffsets
+    ) -> StagedBatch:
+        """``decode.engine: arrow``: one task per packed group of the batch's ranges."""
+        from pipeline.decode_arrow import ArrowDecoder
+        from pipeline.source.offsets import batch_ranges, pack_ranges, split_ranges
+        from pipeline.spark.writer import (
+            RESULT_DDL,
+            ReadPlan,
+            collect_staged,
+            make_read_task_function,
+        )
+
+        s = self.cfg.source
+        pieces = split_ranges(batch_ranges(start, end), s.min_partitions)
+        if not pieces:
+            return StagedBatch()
+        tasks = max(spark.sparkContext.defaultParallelism, s.min_partitions or 0)
+        read = ReadPlan(
+            groups=pack_ranges(pieces, tasks),
+            consumer_conf=self.sources_conf(),
+            decoder=ArrowDecoder(self.cfg.decode, s.include_headers),
+            include_headers=s.include_headers,
+            fail_on_data_loss=s.fail_on_data_loss,
+            stall_timeout_s=max(float(s.broker_retry_seconds), 1.0),
+        )
+        n = len(read.groups)
+        fn = make_read_task_function(plan, read)
+        rows = spark.range(0, n, 1, n).mapInArrow(fn, RESULT_DDL).collect()
+        return collect_staged(r.asDict() for r in rows)
+
     def _data_loss(
         self, staged: StagedBatch, ranges: dict[TopicPartition, tuple[int, int]]
     ) -> dict[TopicPartition, tuple[int, int]]:
@@ -253,14 +312,19 @@ class Pipeline:
         from pipeline.decode import decode
         from pipeline.source.datasource import SOURCE_NAME
 
-        self.check_broker()
+        if not self._broker_checked:  # run() already checked it
+            self.check_broker()
         if self.timeline is not None:
             # Fence before Spark starts: a zombie of an earlier run cannot commit past here.
             import socket
 
             self.stats.epoch = self.coordinator.acquire_epoch(owner=socket.gethostname())
         spark = self.spark
-        reader = spark.readStream.format(SOURCE_NAME).options(**self.source_options())
+        opts = self.source_options()
+        self._starting_offsets = opts.get("startingOffsets")
+        if "startingTimestamp" in opts:
+            self._starting_offsets = None  # timestamps win over startingOffsets
+        reader = spark.readStream.format(SOURCE_NAME).options(**opts)
         decoded = decode(
             reader.load(), self.cfg.decode, self.sinks.data_ddl, self.cfg.source.include_headers
         )
@@ -284,6 +348,7 @@ class Pipeline:
     ) -> RunStats:
         """Run until the query ends (available-now/once), ``until`` holds, or a timeout."""
         self.check_broker()  # fail fast, before any endpoint or Spark starts
+        self._broker_checked = True
         metrics = None  # started here, stopped here; one attached by the caller stays up
         if self.cfg.metrics.enabled and self.metrics is None:
             from pipeline.ops.metrics import attach

@@ -99,6 +99,56 @@ def status(config: ConfigOpt = None, set_: SetOpt = None) -> None:
 
 
 @app.command()
+def verify(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    format_: Annotated[
+        str | None, typer.Option("--format", help="iceberg | hudi; default: sink.format")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    no_payload: Annotated[
+        bool, typer.Option("--no-payload", help="count coordinates only, skip payload checks")
+    ] = False,
+    window: Annotated[int, typer.Option(help="offsets per partition held in memory")] = 100_000,
+) -> None:
+    """Independent exactly-once check of the pipeline's table(s) against Kafka."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from pipeline.config import load_config
+    from pipeline.ops.verify import verify_pipeline
+    from pipeline.ops.verify.render import print_report, write_json
+
+    cfg = load_config(config, set_ or [])
+    if format_ not in (None, "iceberg", "hudi"):
+        raise PipelineError(f"--format {format_!r}: allowed: iceberg, hudi")
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed:,.0f} offsets checked"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("verifying", total=None)
+
+        def on_progress(label: str, checked: int) -> None:
+            progress.update(task, description=label, completed=checked)
+
+        reports = verify_pipeline(
+            cfg,
+            format_,  # type: ignore[arg-type]
+            payload=not no_payload,
+            window=window,
+            on_progress=on_progress,
+        )
+    for report in reports:
+        print_report(out, report)
+    if json_out is not None:
+        write_json(json_out, reports)
+    raise typer.Exit(0 if all(r.ok for r in reports) else 1)
+
+
+@app.command()
 def broker(
     topic: Annotated[list[str] | None, typer.Option(help="TOPIC[:PARTITIONS], repeatable")] = None,
     brokers: Annotated[int, typer.Option(help="number of mock brokers")] = 1,
@@ -145,6 +195,90 @@ def produce(
     )
     result = do_produce(bootstrap, topic, spec, partitions=partitions)
     out.print(f"produced {result.produced} events ({result.malformed} malformed) to {topic}")
+
+
+@app.command()
+def drill(
+    scenario: Annotated[
+        list[str] | None, typer.Option(help="scenario to run (repeatable); default: the matrix")
+    ] = None,
+    matrix: Annotated[str, typer.Option(help="fast | full")] = "full",
+    format_: Annotated[
+        list[str] | None, typer.Option("--format", help="iceberg | hudi (repeatable)")
+    ] = None,
+    kills: Annotated[int, typer.Option(help="SIGKILL restarts per format")] = 20,
+    rate: Annotated[float, typer.Option(help="records/s the producer writes")] = 100.0,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="report.json, timeline.png, work dirs")
+    ] = Path("./drills"),
+    bootstrap: Annotated[
+        str | None, typer.Option(help="external Kafka; default: embedded 3-broker cluster")
+    ] = None,
+    keep_work: Annotated[bool, typer.Option(help="keep work dirs of passing drills")] = False,
+    work: Annotated[
+        Path | None, typer.Option(help="drivers' work dirs (default: OUT/work)")
+    ] = None,
+) -> None:
+    """Failover drills: live producer, the pipeline as a process, injected faults, verify."""
+    from pipeline.ops.drill.runner import DrillOptions, run_drills, select
+
+    _setup_logging(False)
+    logging.getLogger().setLevel(logging.WARNING)
+    if matrix not in ("fast", "full"):
+        raise PipelineError(f"--matrix {matrix!r}: allowed: fast, full")
+    specs = select(matrix, scenario or [], format_ or [], kills, rate)
+    opts = DrillOptions(
+        out=out_dir.resolve(),
+        kills=kills,
+        rate=rate,
+        bootstrap=bootstrap,
+        keep_work=keep_work,
+        work=work.resolve() if work else None,
+    )
+    results = run_drills(specs, opts, out)
+    raise typer.Exit(0 if all(r.ok for r in results) else 1)
+
+
+@app.command()
+def bench(
+    quick: Annotated[
+        bool, typer.Option(help="smoke preset (~1 min); default: full (~12 min)")
+    ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="section (repeatable): raw, throughput, overhead, latency, cpu, "
+            "memory, freshness, recovery, growth"
+        ),
+    ] = None,
+    records: Annotated[int | None, typer.Option(help="records in the throughput data set")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="report.json and PNG charts")] = Path(
+        "docs/bench"
+    ),
+    bootstrap: Annotated[
+        str | None, typer.Option(help="external Kafka; default: embedded broker")
+    ] = None,
+    work: Annotated[Path | None, typer.Option(help="keep run dirs and logs here")] = None,
+    profile: Annotated[
+        bool, typer.Option(help="also profile the worker hot path (pyinstrument) into --out")
+    ] = False,
+) -> None:
+    """Benchmark: raw ceiling, throughput, exactly-once overhead, commit latency and growth,
+    recovery, memory, freshness, CPU per record (docs/bench.md)."""
+    from pipeline.ops.bench.runner import BenchOptions, run_bench
+
+    _setup_logging(False)
+    logging.getLogger().setLevel(logging.WARNING)
+    opts = BenchOptions(
+        preset="quick" if quick else "full",
+        only=tuple(only or ()),
+        records=records,
+        out=out_dir,
+        bootstrap=bootstrap,
+        work=work.resolve() if work else None,
+        profile=profile,
+    )
+    run_bench(opts, out)
 
 
 def main(argv: list[str] | None = None) -> None:

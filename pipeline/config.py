@@ -48,6 +48,8 @@ class SourceConfig(_Model):
     fail_on_data_loss: bool = True
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     include_headers: bool = False
+    # how long planning and reading wait for an unreachable broker before the query fails
+    broker_retry_seconds: int = Field(default=120, ge=0)
     kafka: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("kafka", mode="before")
@@ -70,6 +72,9 @@ class DecodeConfig(_Model):
     format: Literal["json", "raw"] = "json"
     schema_: list[FieldConfig] = Field(default_factory=list, alias="schema")
     max_record_bytes: int = Field(default=1_048_576, ge=1)
+    # arrow: tasks read Kafka and decode in Python (Kafka -> Arrow -> Parquet, no JVM rows);
+    # spark: Spark's from_json over the streaming DataFrame
+    engine: Literal["arrow", "spark"] = "arrow"
 
     @model_validator(mode="after")
     def _schema_for_json(self) -> DecodeConfig:
@@ -129,6 +134,9 @@ class SinkConfig(_Model):
     dead_letter_table: str | None = None
     table_properties: dict[str, str] = Field(default_factory=dict)
     target_file_size_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+    # Iceberg: snapshots of main kept; older ones are expired (metadata only) so commit
+    # latency stays flat. Dedupe sees only these; older replays hit the overlap check.
+    max_snapshots: int = Field(default=100, ge=10, le=100_000)
 
     @property
     def dead_letter_identifier(self) -> str:
@@ -142,9 +150,15 @@ class TriggerConfig(_Model):
     @field_validator("interval")
     @classmethod
     def _interval(cls, v: str) -> str:
-        if not re.fullmatch(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?|min)", v.strip()):
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|minutes?|min)", v.strip())
+        if not m:
             raise ValueError("trigger.interval must look like '10 seconds', '500 ms' or '1 minute'")
-        return v.strip()
+        # Spark's interval parser knows only the long unit names ("500 ms" fails there).
+        unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}.get(m[2], m[2])
+        if "." in m[1]:  # nor fractions of a unit: say it in whole milliseconds
+            per_unit = {"mil": 1, "sec": 1_000, "min": 60_000}[unit[:3]]
+            return f"{round(float(m[1]) * per_unit)} milliseconds"
+        return f"{m[1]} {unit}"
 
 
 class SparkConfig(_Model):
@@ -163,6 +177,8 @@ class CommitConfig(_Model):
     faults: str | None = None
     # finished journal entries kept for inspection
     journal_retention: int = Field(default=100, ge=1)  # >= 1: instant times never reused
+    # how long a commit or table load waits for an unreachable catalog before failing
+    catalog_retry_seconds: float = Field(default=120.0, ge=0)
 
 
 class MetricsConfig(_Model):

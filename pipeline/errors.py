@@ -50,6 +50,12 @@ class CommitError(PipelineError):
     code = "commit"
 
 
+class CatalogUnavailableError(CommitError):
+    """The table catalog did not answer within ``commit.catalogRetrySeconds``."""
+
+    code = "catalog-unavailable"
+
+
 class FencedError(CommitError):
     """A newer writer epoch owns the table: this writer is a zombie and must stop."""
 

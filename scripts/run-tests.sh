@@ -27,3 +27,9 @@ if [ -z "${INGEST_SKIP_SLOW:-}" ]; then
   echo "== pytest -m slow"
   python -m pytest -m slow
 fi
+# The full failover-drill matrix (docs/drills.md): ≥ 20 SIGKILL restarts per table format
+# plus every infrastructure fault, each checked by `ingest verify`. INGEST_SKIP_DRILLS=1 skips.
+if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
+  echo "== pytest -m drill"
+  python -m pytest -m drill
+fi

@@ -32,13 +32,6 @@ def spark() -> Iterator[Any]:
 
 def postgres_uri() -> str | None:
     """A reachable PostgreSQL catalog URI (trust auth on 127.0.0.1:5432), else None."""
-    try:
-        import psycopg2
-    except ImportError:
-        return None
-    uri = os.environ.get("INGEST_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        psycopg2.connect(uri, connect_timeout=3).close()
-    except Exception:
-        return None
-    return uri.replace("postgresql://", "postgresql+psycopg2://", 1)
+    from pipeline.ops.pgcluster import shared_server_uri
+
+    return shared_server_uri()

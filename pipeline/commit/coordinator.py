@@ -307,6 +307,8 @@ class Coordinator:
                 # files that table references. Finish it instead (any incarnation): the
                 # main table then holds its offsets and replays drop them as overlap.
                 assert inst.inflight is not None
+                # logged before the commit: a crash inside it still shows the attempt
+                log.info("instant %s (batch %d) recommitting (roll forward)", inst.time, batch_id)
                 outcome = self._commit(inst.inflight, batch_id)
                 done.append((inst.time, "recommitted"))
                 if (
@@ -321,14 +323,14 @@ class Coordinator:
             if recommitted is None and self._can_recommit(inst, incarnation, batch_id, end):
                 assert inst.inflight is not None
                 t0 = time.monotonic()
+                log.info(
+                    "instant %s (batch %d) recommitting without recomputing", inst.time, batch_id
+                )
                 outcome = self._commit(inst.inflight, batch_id)
                 outcome.outcome = "recommitted"
                 outcome.timings["recovery"] = time.monotonic() - t0
                 recommitted = outcome
                 done.append((inst.time, "recommitted"))
-                log.info(
-                    "instant %s (batch %d) recommitted without recomputing", inst.time, batch_id
-                )
                 continue
             self._roll_back(inst, batch_id)
             done.append((inst.time, "rolled_back"))

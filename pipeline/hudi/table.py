@@ -33,6 +33,7 @@ creates an empty table (``create=True`` is not needed).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import json
@@ -94,6 +95,89 @@ class HudiInstant:
     state: str  # requested | inflight | completed
 
 
+def _parse_instant(name: str) -> HudiInstant | None:
+    """The instant a ``.hoodie`` file name stands for (None: not an instant file)."""
+    m = INSTANT_FILE.match(name)
+    if m is None:
+        return None
+    action, state = m.group("action"), m.group("state")
+    if action == "inflight" and state is None:  # <ts>.inflight of a commit
+        action, state = "commit", "inflight"
+    return HudiInstant(m.group("ts"), action, state or "completed")
+
+
+class _Timeline:
+    """The instant files of ``.hoodie`` as last listed, kept indexed: a new listing is
+    applied as the difference to the previous one (a few files per commit), so a query
+    costs one directory listing, not a parse and sort of the whole history."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []  # the listing as returned (unchanged dir: same list)
+        self._present: set[str] = set()
+        self._instants: dict[str, HudiInstant] = {}  # file name -> instant
+        self._time_refs: dict[str, int] = {}  # instant time -> its instant files
+        self._times: list[str] = []  # distinct instant times, ascending
+        self._commit_states: dict[str, set[str]] = {}  # commit time -> file states
+        self.completed: list[str] = []  # completed commit times, ascending
+        self.pending: set[str] = set()  # commit times without a completed file
+
+    def update(self, names: list[str]) -> None:
+        if names == self.names:
+            return
+        now = set(names)
+        for name in self._present - now:
+            self._remove(name)
+        for name in now - self._present:
+            self._add(name)
+        self._present, self.names = now, names
+
+    def instants(self) -> list[HudiInstant]:
+        return sorted(self._instants.values(), key=lambda i: (i.time, i.action, i.state))
+
+    def latest(self) -> str | None:
+        return self._times[-1] if self._times else None
+
+    def _add(self, name: str) -> None:
+        instant = _parse_instant(name)
+        if instant is None:
+            return
+        self._instants[name] = instant
+        t = instant.time
+        self._time_refs[t] = self._time_refs.get(t, 0) + 1
+        if self._time_refs[t] == 1:
+            bisect.insort(self._times, t)
+        if instant.action == "commit":
+            self._commit_states.setdefault(t, set()).add(instant.state)
+            if instant.state == "completed":
+                bisect.insort(self.completed, t)
+            self._classify(t)
+
+    def _remove(self, name: str) -> None:
+        instant = self._instants.pop(name, None)
+        if instant is None:
+            return
+        t = instant.time
+        self._time_refs[t] -= 1
+        if not self._time_refs[t]:
+            del self._time_refs[t]
+            del self._times[bisect.bisect_left(self._times, t)]
+        if instant.action == "commit":
+            states = self._commit_states[t]
+            states.discard(instant.state)
+            if not states:
+                del self._commit_states[t]
+            if instant.state == "completed":
+                del self.completed[bisect.bisect_left(self.completed, t)]
+            self._classify(t)
+
+    def _classify(self, t: str) -> None:
+        states = self._commit_states.get(t)
+        if states and "completed" not in states:
+            self.pending.add(t)
+        else:
+            self.pending.discard(t)
+
+
 class HudiTable:
     """One native Hudi COW table: reads of its timeline, and the writes the committer
     performs while holding the table lock."""
@@ -104,6 +188,7 @@ class HudiTable:
         self.lock = TableLock.of(self.paths)
         self.lock_timeout_s = lock_timeout_s
         self._metadata: dict[str, dict[str, Any]] = {}
+        self._listing = _Timeline()  # the last listing of ``.hoodie``, indexed
 
     def locked(self) -> contextlib.AbstractContextManager[str]:
         """Hold the table lock; yields the meta directory to write in."""
@@ -118,37 +203,26 @@ class HudiTable:
 
     # -- reading the timeline ----------------------------------------------------------
 
-    def instants(self) -> list[HudiInstant]:
-        """Every instant file in ``.hoodie`` (empty when the table does not exist)."""
+    def _timeline(self) -> _Timeline:
+        """The timeline as of one listing of ``.hoodie`` now (empty: no table)."""
         try:
             names = os.listdir(self.paths.meta)
         except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            m = INSTANT_FILE.match(name)
-            if m is None:
-                continue
-            action, state = m.group("action"), m.group("state")
-            if action == "inflight" and state is None:  # <ts>.inflight of a commit
-                action, state = "commit", "inflight"
-            out.append(HudiInstant(m.group("ts"), action, state or "completed"))
-        return sorted(out)
+            names = []
+        self._listing.update(names)
+        return self._listing
+
+    def instants(self) -> list[HudiInstant]:
+        """Every instant file in ``.hoodie`` (empty when the table does not exist)."""
+        return self._timeline().instants()
 
     def completed_commits(self) -> list[str]:
         """Times of completed commits, newest first."""
-        return sorted(
-            (i.time for i in self.instants() if i.action == "commit" and i.state == "completed"),
-            reverse=True,
-        )
+        return self._timeline().completed[::-1]
 
     def pending_times(self) -> list[str]:
         """Instants with requested/inflight files and no completed commit, oldest first."""
-        by_time: dict[str, set[str]] = {}
-        for i in self.instants():
-            if i.action == "commit":
-                by_time.setdefault(i.time, set()).add(i.state)
-        return sorted(t for t, states in by_time.items() if "completed" not in states)
+        return sorted(self._timeline().pending)
 
     def has_markers(self, ts: str) -> bool:
         """Whether a worker staged (or began staging) a file of ``ts`` in this table."""
@@ -164,8 +238,7 @@ class HudiTable:
         shutil.rmtree(os.path.join(meta, MARKERS_DIR, ts), ignore_errors=True)
 
     def latest_instant_time(self) -> str | None:
-        times = [i.time for i in self.instants()]
-        return max(times) if times else None
+        return self._timeline().latest()
 
     def commit_metadata(self, ts: str) -> dict[str, Any]:
         """The JSON metadata of completed commit ``ts`` (files are immutable: cached)."""

@@ -154,13 +154,24 @@ class IcebergSinks:
             "write.target-file-size-bytes": str(sink.target_file_size_bytes),
             **sink.table_properties,
         }
-        main = IcebergTableSink(catalog, sink.table, schema, spec, props)
+        patience = cfg.commit.catalog_retry_seconds
+        main = IcebergTableSink(
+            catalog,
+            sink.table,
+            schema,
+            spec,
+            props,
+            catalog_retry_s=patience,
+            max_snapshots=sink.max_snapshots,
+        )
         dead = IcebergTableSink(
             catalog,
             sink.dead_letter_identifier,
             dead_letter_schema(),
             UNPARTITIONED_PARTITION_SPEC,
             sink.table_properties,
+            catalog_retry_s=patience,
+            max_snapshots=sink.max_snapshots,
         )
         data_schema = Schema(
             *[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES and not raw]

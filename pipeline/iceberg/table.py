@@ -17,7 +17,11 @@ pyiceberg details this module relies on (pyiceberg 0.12):
   :func:`_append_view`, which also trims the history pyiceberg would deep-copy). Our own
   retry loop (tenacity) reloads the table, looks for the batch in the ancestry (unknown
   outcome of an earlier attempt), re-checks the writer epoch, and only then appends
-  again.
+  again. Conflicts are retried ``max_commit_attempts`` times; an unreachable catalog
+  (connection refused or dropped, 5xx) is retried for ``catalog_retry_s`` seconds, table
+  loads included, then fails with a one-line ``CatalogUnavailableError`` naming the
+  catalog. A commit whose connection dropped mid-way may have landed: the next attempt
+  finds it in the ancestry and does not append it again.
 * ``merge_append()`` merges nothing unless the table property
   ``commit.manifest-merge.enabled`` is true; ``commit.manifest.min-count-to-merge``
   (default 100) bounds the manifests per snapshot. Tables created here get ``true`` and
@@ -27,6 +31,22 @@ pyiceberg details this module relies on (pyiceberg 0.12):
 * A missing table is created in the same catalog operation as its first snapshot
   (``create_table_transaction``; DESIGN invariant 9), at the location the workers'
   :class:`~pipeline.iceberg.writer.WriteContext` used.
+
+Bounded history (so commit latency stays flat): every ``expire_every`` commits, main's
+ancestors beyond the newest ``max_snapshots`` are expired with pyiceberg's
+``ExpireSnapshots`` -- metadata only, no file is deleted (merge-appends carry every live
+manifest forward, so the retained snapshots still reference all data files). What the
+expired snapshots recorded is carried forward: every commit's summary holds
+``ingest.ranges-before`` / ``ingest.data-loss-before``, the merged offset intervals this
+pipeline committed (lost) before that commit, so the verifier starts from the oldest
+retained snapshot. Expiry is skipped while the oldest retained commit of a pipeline lacks
+these keys (tables written before they existed). Dedupe by batch id sees only the retained
+history: a replay of a batch older than that is caught by the coordinator's overlap check
+(its offsets are below the committed offsets), not appended twice.
+
+Reads: the read-only checks of one batch (epoch, committed offsets, is_committed, write
+context) share one load for up to ``read_cache_s``; the commit itself always reloads the
+head, and every commit/fence/expiry drops the shared view.
 """
 
 from __future__ import annotations
@@ -35,6 +55,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -64,12 +85,17 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential,
     wait_random,
 )
 
-from pipeline.errors import CommitError, ConfigError, FencedError, PipelineError
+from pipeline.errors import (
+    CatalogUnavailableError,
+    CommitError,
+    ConfigError,
+    FencedError,
+    PipelineError,
+)
 from pipeline.iceberg.writer import WriteContext, deserialize_data_file
 from pipeline.source.offsets import TopicPartition
 
@@ -79,12 +105,14 @@ _T = TypeVar("_T")
 __all__ = [
     "BATCH_ID_KEY",
     "COMMITTED_OFFSETS_KEY",
+    "DATA_LOSS_BEFORE_KEY",
     "DATA_LOSS_KEY",
     "DEAD_LETTER_RECORDS_KEY",
     "EPOCH_KEY",
     "FENCE_KEY",
     "INCARNATION_KEY",
     "PIPELINE_ID_KEY",
+    "RANGES_BEFORE_KEY",
     "RANGES_KEY",
     "RECORDS_KEY",
     "CommitCheckpoint",
@@ -108,6 +136,10 @@ INSTANT_KEY = "ingest.instant"  # optional: the journal instant this commit comp
 # identity: a restored older checkpoint reuses batch ids for different ranges.
 BATCH_END_KEY = "ingest.batch-end"
 FENCE_KEY = "ingest.fence"  # "true" on the empty snapshot of IcebergTableSink.fence()
+# {"topic": {"partition": [[start, end], ...]}}: merged ranges (data loss) this pipeline
+# committed before this snapshot; survives the expiry of the snapshots that recorded them.
+RANGES_BEFORE_KEY = "ingest.ranges-before"
+DATA_LOSS_BEFORE_KEY = "ingest.data-loss-before"
 
 #: Properties every table created here gets (user properties win, except retries).
 DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
@@ -307,18 +339,73 @@ def _summary_of(snapshot: Snapshot) -> Mapping[str, str]:
     return snapshot.summary.additional_properties if snapshot.summary is not None else {}
 
 
+Intervals = dict[TopicPartition, list[tuple[int, int]]]
+
+
+def _merge_into(acc: Intervals, tp: TopicPartition, spans: list[tuple[int, int]]) -> None:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(acc.get(tp, []) + [s for s in spans if s[1] > s[0]]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    if merged:
+        acc[tp] = merged
+
+
+def _intervals_json(intervals: Intervals) -> str:
+    nested: dict[str, dict[str, list[list[int]]]] = {}
+    for (topic, partition), spans in sorted(intervals.items()):
+        nested.setdefault(topic, {})[str(partition)] = [[int(s), int(e)] for s, e in spans]
+    return json.dumps(nested, separators=(",", ":"), sort_keys=True)
+
+
+def _parse_intervals(text: str, key: str) -> Intervals:
+    out: Intervals = {}
+    for tp, value in _parse_nested(text, key):
+        if not isinstance(value, list):
+            raise ValueError(f"{key}: {tp} is not a list of [start, end]")
+        _merge_into(out, tp, [(int(s), int(e)) for s, e in value])
+    return out
+
+
+def _add_commit(ranges: Intervals, lost: Intervals, summary: Mapping[str, str]) -> None:
+    """Fold one commit's own ``ingest.ranges`` / ``ingest.data-loss`` into the totals."""
+    for tp, span in _parse_ranges(summary.get(RANGES_KEY) or "{}", RANGES_KEY).items():
+        _merge_into(ranges, tp, [span])
+    for tp, span in _parse_ranges(summary.get(DATA_LOSS_KEY) or "{}", DATA_LOSS_KEY).items():
+        _merge_into(lost, tp, [span])
+
+
 # ---------------------------------------------------------------------------------------
 # Sink
 # ---------------------------------------------------------------------------------------
 
 
-def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(
+# Storage errors that waiting does not heal: a few attempts, never the catalog deadline.
+_PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Retried a bounded number of times (``max_commit_attempts``)."""
+    return isinstance(
         exc,
         (
             CommitFailedException,  # lost the optimistic-concurrency race
-            CommitStateUnknownException,  # REST 5xx during commit: ancestry is checked first
             TableAlreadyExistsError,  # someone created the table first
+            *_PERMANENT_OS_ERRORS,
+        ),
+    )
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    """The catalog (or storage) did not answer: retried until the catalog deadline."""
+    if isinstance(exc, _PERMANENT_OS_ERRORS):
+        return False
+    if isinstance(
+        exc,
+        (
+            CommitStateUnknownException,  # REST 5xx during commit: ancestry is checked first
             ServiceUnavailableError,
             ServerError,
             TooManyRequestsError,
@@ -326,11 +413,15 @@ def _is_retryable(exc: BaseException) -> bool:
         ),
     ):
         return True
-    # SQL catalog: database locked / connection dropped (sqlalchemy is an optional extra).
+    # SQL catalog: database down, locked or connection dropped (sqlalchemy is optional).
     return type(exc).__module__.startswith("sqlalchemy") and type(exc).__name__ in (
         "OperationalError",
         "InterfaceError",
     )
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    return _is_conflict(exc) or _is_unavailable(exc)
 
 
 def _append_view(table: Table) -> Table:
@@ -339,10 +430,11 @@ def _append_view(table: Table) -> Table:
     * Properties: ``commit.retry.num-retries=0`` so pyiceberg does not rebase and re-commit
       by itself after a conflict (our retry re-checks dedupe and fence first), and manifest
       merging on unless the table says otherwise.
-    * History: only the head snapshot of ``main``. pyiceberg's ``Transaction`` deep-copies
-      the whole metadata on every ``table_metadata`` access (~15 per append), so commit
-      time would grow linearly with the number of snapshots (about 16 ms with 10 and
-      300 ms with 300 snapshots here). An append needs only the head (its manifests, its
+    * History: only the head snapshot of ``main``, no snapshot or metadata log.
+      pyiceberg's ``Transaction`` deep-copies the whole metadata on every
+      ``table_metadata`` access (~15 per append), so commit time would grow linearly with
+      the number of snapshots (about 16 ms with 10 and 300 ms with 300 snapshots here) and
+      metadata-log entries. An append needs only the head (its manifests, its
       summary totals, the sequence number); the requirement it sends is "main is still at
       the head", checked by the catalog against its own metadata.
 
@@ -356,15 +448,25 @@ def _append_view(table: Table) -> Table:
         props.setdefault(key, DEFAULT_TABLE_PROPERTIES[key])
     head = metadata.snapshot_by_name(MAIN_BRANCH)
     main_ref = metadata.refs.get(MAIN_BRANCH)
-    view = metadata.model_copy(
+    return _local_view(
+        table,
+        properties=props,
+        snapshots=[head] if head is not None else [],
+        refs={MAIN_BRANCH: main_ref} if main_ref is not None else {},
+        current_snapshot_id=head.snapshot_id if head is not None else None,
+    )
+
+
+def _local_view(table: Table, **update: Any) -> Table:
+    """``table`` with its metadata replaced by a copy carrying ``update`` and no history
+    logs or statistics: a local view for one transaction, never written back."""
+    view = table.metadata.model_copy(
         update={
-            "properties": props,
-            "snapshots": [head] if head is not None else [],
             "snapshot_log": [],
-            "refs": {MAIN_BRANCH: main_ref} if main_ref is not None else {},
-            "current_snapshot_id": head.snapshot_id if head is not None else None,
+            "metadata_log": [],
             "statistics": [],
             "partition_statistics": [],
+            **update,
         }
     )
     return Table(
@@ -374,6 +476,22 @@ def _append_view(table: Table) -> Table:
         io=table.io,
         catalog=table.catalog,
         config=table.config,
+    )
+
+
+_NOTHING_BEFORE = {RANGES_BEFORE_KEY: "{}", DATA_LOSS_BEFORE_KEY: "{}"}
+
+
+def _expiry_view(table: Table, expired: set[int]) -> Table:
+    """The table as our expiry transaction sees it (local, never persisted): only the
+    snapshots to expire, so pyiceberg's per-id checks do not deep-copy the whole history.
+    The catalog removes them from ITS current metadata (no retry: a conflict just waits
+    for the next expiry)."""
+    metadata = table.metadata
+    return _local_view(
+        table,
+        properties={**metadata.properties, **FORCED_TABLE_PROPERTIES},
+        snapshots=[s for s in metadata.snapshots if s.snapshot_id in expired],
     )
 
 
@@ -391,6 +509,10 @@ class IcebergTableSink:
         location: str | None = None,
         max_commit_attempts: int = 8,
         max_ancestry: int = 1000,
+        catalog_retry_s: float = 120.0,
+        max_snapshots: int = 100,
+        expire_every: int = 10,
+        read_cache_s: float = 1.0,
     ) -> None:
         self.catalog = catalog
         self.identifier: tuple[str, ...] = Catalog.identifier_to_tuple(identifier)
@@ -417,6 +539,14 @@ class IcebergTableSink:
         self._location = location.rstrip("/") if location else None
         self.max_commit_attempts = max(1, max_commit_attempts)
         self.max_ancestry = max(1, max_ancestry)
+        self.catalog_retry_s = max(0.0, catalog_retry_s)
+        self.max_snapshots = max(2, max_snapshots)
+        self.expire_every = max(1, expire_every)
+        self.read_cache_s = max(0.0, read_cache_s)
+        self._retry_scope = threading.local()  # set while a _with_retries loop runs
+        # (monotonic time, table) of the last load, shared by the read-only checks
+        self._read_view: tuple[float, Table | None] | None = None
+        self._snapshots_at_commit = 0  # snapshots in the metadata our last commit saw
 
     @property
     def name(self) -> str:
@@ -425,14 +555,34 @@ class IcebergTableSink:
     # -- state ---------------------------------------------------------------------------
 
     def load(self) -> Table | None:
-        """The table as the catalog has it now, or None when it does not exist."""
-        try:
-            return self.catalog.load_table(self.identifier)
-        except NoSuchTableError:
-            return None
+        """The table as the catalog has it now, or None when it does not exist.
+
+        An unreachable catalog is retried for ``catalog_retry_s`` (CatalogUnavailableError
+        after that)."""
+
+        def once() -> Table | None:
+            try:
+                return self.catalog.load_table(self.identifier)
+            except NoSuchTableError:
+                return None
+
+        table = self._with_retries("load", once)
+        self._read_view = (time.monotonic(), table)
+        return table
+
+    def _load_for_read(self) -> Table | None:
+        """The table for read-only checks: the last load if younger than ``read_cache_s``
+        (never across one of our own commits), else a fresh one."""
+        view = self._read_view
+        if view is not None and time.monotonic() - view[0] < self.read_cache_s:
+            return view[1]
+        return self.load()
+
+    def _forget_read_view(self) -> None:
+        self._read_view = None
 
     def exists(self) -> bool:
-        return self.load() is not None
+        return self._load_for_read() is not None
 
     def _ancestry(self, table: Table) -> Iterator[Snapshot]:
         for i, snapshot in enumerate(ancestors_of(table.current_snapshot(), table.metadata)):
@@ -479,7 +629,7 @@ class IcebergTableSink:
 
     def latest_checkpoint(self, pipeline_id: str) -> CommitCheckpoint | None:
         """The newest checkpoint of ``pipeline_id`` in the current snapshot's ancestry."""
-        table = self.load()
+        table = self._load_for_read()
         return self._latest(table, pipeline_id) if table is not None else None
 
     def committed_offsets(self, pipeline_id: str) -> dict[TopicPartition, int]:
@@ -495,7 +645,7 @@ class IcebergTableSink:
         batch_end: Mapping[TopicPartition, int] | None = None,
     ) -> int | None:
         """The snapshot that committed this batch, if any."""
-        table = self.load()
+        table = self._load_for_read()
         if table is None:
             return None
         snapshot = self._find_batch(table, pipeline_id, incarnation, batch_id, batch_end)
@@ -533,7 +683,7 @@ class IcebergTableSink:
     def table_location(self) -> str:
         """Where the table lives (or will live: fixed once resolved for a new table)."""
         if self._location is None:
-            table = self.load()
+            table = self._load_for_read()
             if table is not None:
                 self._location = table.location().rstrip("/")
             else:
@@ -553,7 +703,7 @@ class IcebergTableSink:
 
     def write_context(self, write_uuid: str) -> WriteContext:
         """What the workers need to stage files for the next commit."""
-        table = self.load()
+        table = self._load_for_read()
         if table is not None:
             self._check_schema(table)
             return WriteContext.for_table(table, write_uuid)
@@ -585,9 +735,13 @@ class IcebergTableSink:
         summary = checkpoint.to_summary()
         what = f"commit of batch {checkpoint.batch_id} ({checkpoint.incarnation})"
         started = time.monotonic()
-        snapshot_id = self._with_retries(
-            what, lambda: self._commit_once(files, checkpoint, summary, precondition)
-        )
+        try:
+            snapshot_id = self._with_retries(
+                what, lambda: self._commit_once(files, checkpoint, summary, precondition)
+            )
+        finally:
+            self._forget_read_view()
+        self._maybe_expire()
         log.info(
             "%s: %d files, %d records in %s as snapshot %d (%.3fs)",
             what,
@@ -630,7 +784,7 @@ class IcebergTableSink:
                     records=0,
                 )
                 return self._create_with_first_commit(
-                    [], {**marker.to_summary(), FENCE_KEY: "true"}
+                    [], {**marker.to_summary(), **_NOTHING_BEFORE, FENCE_KEY: "true"}
                 )
             latest = self._latest(table, pipeline_id)
             if latest is not None and latest.epoch >= epoch:
@@ -649,18 +803,56 @@ class IcebergTableSink:
                 committed_offsets=latest.committed_offsets if latest is not None else {},
                 records=0,
             )
-            return self._append(table, [], {**marker.to_summary(), FENCE_KEY: "true"})
+            fence_summary = {
+                **marker.to_summary(),
+                **self._carried_forward(table, pipeline_id),
+                FENCE_KEY: "true",
+            }
+            return self._append(table, [], fence_summary)
 
-        snapshot_id = self._with_retries(f"fence of {pipeline_id!r} at epoch {epoch}", once)
+        try:
+            snapshot_id = self._with_retries(f"fence of {pipeline_id!r} at epoch {epoch}", once)
+        finally:
+            self._forget_read_view()
         if snapshot_id is not None:
             log.info("fenced %s for %s at epoch %d", self.name, pipeline_id, epoch)
         return snapshot_id
 
+    def _catalog_description(self) -> str:
+        props = getattr(self.catalog, "properties", {}) or {}
+        uri = _mask(str(props.get("uri", ""))) or "no uri"
+        return f"catalog {self.catalog.name!r} ({props.get('type', '?')} at {uri})"
+
     def _with_retries(self, what: str, attempt_once: Callable[[], _T]) -> _T:
-        """Run ``attempt_once`` until it succeeds, retrying conflicts with backoff."""
+        """Run ``attempt_once`` until it succeeds: conflicts are retried
+        ``max_commit_attempts`` times, an unreachable catalog for ``catalog_retry_s``."""
+        if getattr(self._retry_scope, "active", False):
+            return attempt_once()  # nested (a load inside a commit): the outer loop retries
+        started = time.monotonic()
+        conflicts = 0
+
+        def stop(state: RetryCallState) -> bool:
+            nonlocal conflicts
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if exc is not None and _is_unavailable(exc):
+                return time.monotonic() - started >= self.catalog_retry_s
+            conflicts += 1
+            return conflicts >= self.max_commit_attempts
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
+            if exc is not None and _is_unavailable(exc):
+                waited = time.monotonic() - started
+                log.warning(
+                    "%s unreachable during %s of %s (%s); waited %.0fs of %.0fs, retrying",
+                    self._catalog_description(),
+                    what,
+                    self.name,
+                    _one_line(exc),
+                    waited,
+                    self.catalog_retry_s,
+                )
+                return
             log.warning(
                 "%s to %s: attempt %d failed (%s); retrying",
                 what,
@@ -670,12 +862,13 @@ class IcebergTableSink:
             )
 
         retrying = Retrying(
-            stop=stop_after_attempt(self.max_commit_attempts),
+            stop=stop,
             wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.1),
             retry=retry_if_exception(_is_retryable),
             before_sleep=before_sleep,
             reraise=True,
         )
+        self._retry_scope.active = True
         try:
             for attempt in retrying:
                 with attempt:
@@ -683,7 +876,15 @@ class IcebergTableSink:
         except PipelineError:
             raise
         except Exception as e:
+            if _is_unavailable(e):
+                raise CatalogUnavailableError(
+                    f"{self._catalog_description()} unreachable for "
+                    f"{time.monotonic() - started:.0f}s (limit commit.catalogRetrySeconds="
+                    f"{self.catalog_retry_s:g}) during {what} of {self.name}: {_one_line(e)}"
+                ) from e
             raise CommitError(f"{what} to {self.name} failed: {_one_line(e)}") from e
+        finally:
+            self._retry_scope.active = False
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     def _check_fence(
@@ -724,7 +925,7 @@ class IcebergTableSink:
         table = self.load()
         if table is None:
             self._check_fence(None, checkpoint, precondition)
-            return self._create_with_first_commit(files, summary)
+            return self._create_with_first_commit(files, {**summary, **_NOTHING_BEFORE})
         done = self._find_batch(
             table,
             checkpoint.pipeline_id,
@@ -744,7 +945,81 @@ class IcebergTableSink:
             return done.snapshot_id
         self._check_fence(self._latest(table, checkpoint.pipeline_id), checkpoint, precondition)
         self._check_files(table, files)
-        return self._append(table, files, summary)
+        self._snapshots_at_commit = len(table.metadata.snapshots) + 1
+        carried = self._carried_forward(table, checkpoint.pipeline_id)
+        return self._append(table, files, {**summary, **carried})
+
+    # -- bounded history -----------------------------------------------------------------
+
+    def _carried_forward(self, table: Table, pipeline_id: str) -> dict[str, str]:
+        """``ingest.ranges-before`` / ``ingest.data-loss-before`` for the next commit of
+        ``pipeline_id`` on ``table``'s head: the previous commit's carried-forward
+        intervals plus its own ranges. A previous commit without them (written before
+        they existed) makes us fold the whole retained ancestry once."""
+        ranges: Intervals = {}
+        lost: Intervals = {}
+        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+            summary = _summary_of(snapshot)
+            if summary.get(PIPELINE_ID_KEY) != pipeline_id:
+                continue
+            _add_commit(ranges, lost, summary)
+            if RANGES_BEFORE_KEY in summary:
+                for tp, spans in _parse_intervals(
+                    summary[RANGES_BEFORE_KEY], RANGES_BEFORE_KEY
+                ).items():
+                    _merge_into(ranges, tp, spans)
+                for tp, spans in _parse_intervals(
+                    summary.get(DATA_LOSS_BEFORE_KEY) or "{}", DATA_LOSS_BEFORE_KEY
+                ).items():
+                    _merge_into(lost, tp, spans)
+                break
+        return {
+            RANGES_BEFORE_KEY: _intervals_json(ranges),
+            DATA_LOSS_BEFORE_KEY: _intervals_json(lost),
+        }
+
+    def _expirable(self, table: Table) -> list[int]:
+        """Main's ancestors beyond the newest ``max_snapshots``; empty unless, for every
+        pipeline with commits among them, the oldest retained commit carries forward what
+        they recorded."""
+        ancestry = list(ancestors_of(table.current_snapshot(), table.metadata))
+        kept, old = ancestry[: self.max_snapshots], ancestry[self.max_snapshots :]
+        if not old:
+            return []
+        oldest_kept: dict[str, Mapping[str, str]] = {}
+        for snapshot in kept:  # newest first: the last one seen per pipeline is the oldest
+            summary = _summary_of(snapshot)
+            if PIPELINE_ID_KEY in summary:
+                oldest_kept[summary[PIPELINE_ID_KEY]] = summary
+        for snapshot in old:
+            pipeline_id = _summary_of(snapshot).get(PIPELINE_ID_KEY)
+            if pipeline_id is None:
+                continue
+            carrier = oldest_kept.get(pipeline_id)
+            if carrier is None or RANGES_BEFORE_KEY not in carrier:
+                log.debug("%s: history of %r not carried forward yet", self.name, pipeline_id)
+                return []
+        return [s.snapshot_id for s in old]
+
+    def _maybe_expire(self) -> None:
+        """Expire old snapshots every ``expire_every`` commits (metadata only). Never fails
+        the batch, which is committed already: a failed expiry is retried later."""
+        if self._snapshots_at_commit < self.max_snapshots + self.expire_every:
+            return
+        self._snapshots_at_commit = 0
+        try:
+            table = self.load()
+            if table is None:
+                return
+            expired = self._expirable(table)
+            if expired:
+                view = _expiry_view(table, set(expired))
+                view.maintenance.expire_snapshots().by_ids(expired).commit()
+                log.info("%s: expired %d old snapshots (metadata only)", self.name, len(expired))
+        except Exception as e:  # housekeeping: retried after more commits
+            log.warning("%s: snapshot expiry failed, retried later: %s", self.name, _one_line(e))
+        finally:
+            self._forget_read_view()
 
     def _append(self, table: Table, files: list[DataFile], summary: dict[str, str]) -> int:
         """One merge-append snapshot on top of ``table``'s head; no pyiceberg retry."""

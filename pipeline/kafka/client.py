@@ -2,14 +2,22 @@
 
 Nothing here joins a consumer group or commits offsets (DESIGN invariant 1): the
 consumer is configured with auto-commit and offset storing off and only ever ``assign()``s.
+
+Broker outages: :class:`KafkaMetadata` built with ``retry_s > 0`` (the planner:
+``source.brokerRetrySeconds``) retries metadata and offset requests that fail because no
+broker answers, logging one warning per attempt, and raises ``BrokerUnavailableError``
+once ``retry_s`` has passed. A missing topic or partition is never retried.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
 import re
+import time
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -23,6 +31,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.errors import BrokerUnavailableError, ConfigError, PartitionStateError
 from pipeline.source.offsets import BrokerOffsets, TopicPartition
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Settings the reader relies on; users cannot override them through kafka.* options.
 _FORCED = {
@@ -88,9 +99,13 @@ def admin_config(consumer_conf: Mapping[str, Any]) -> dict[str, Any]:
 class KafkaMetadata:
     """Partition discovery and offsets, batched per request (used by the planner)."""
 
-    def __init__(self, consumer_conf: Mapping[str, Any], timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, consumer_conf: Mapping[str, Any], timeout_s: float = 30.0, retry_s: float = 0.0
+    ) -> None:
         self._conf = dict(consumer_conf)
-        self._timeout = timeout_s
+        self._retry_s = max(0.0, retry_s)  # 0: one attempt (status, metrics, start-up)
+        # one attempt never outlasts the patience by much: the deadline stays meaningful
+        self._timeout = min(timeout_s, max(5.0, self._retry_s)) if self._retry_s else timeout_s
         # Connection failures surface as our own one-line errors; librdkafka's per-retry
         # log lines on stderr would bury them.
         self._admin = AdminClient({**admin_config(self._conf), "log_level": 2})
@@ -116,12 +131,7 @@ class KafkaMetadata:
     def topic_partitions(self, topics: Iterable[str]) -> dict[str, int]:
         """Number of partitions per topic; a missing topic is an error that names it."""
         names = list(topics)
-        try:
-            md = self._admin.list_topics(timeout=self._timeout)
-        except KafkaException as e:
-            raise BrokerUnavailableError(
-                f"cannot list topics on {self.bootstrap_servers}: {_kerr(e)}"
-            ) from None
+        md = self._patiently("listing topics", self._list_topics)
         out = {}
         for name in names:
             t = md.topics.get(name)
@@ -135,12 +145,7 @@ class KafkaMetadata:
 
     def topics_matching(self, pattern: str) -> list[str]:
         rx = re.compile(pattern)
-        try:
-            md = self._admin.list_topics(timeout=self._timeout)
-        except KafkaException as e:
-            raise BrokerUnavailableError(
-                f"cannot list topics on {self.bootstrap_servers}: {_kerr(e)}"
-            ) from None
+        md = self._patiently("listing topics", self._list_topics)
         return sorted(
             t
             for t, m in md.topics.items()
@@ -172,7 +177,54 @@ class KafkaMetadata:
         ends = self._list_offsets(tps, OffsetSpec.latest())
         return {tp: (found[tp] if found[tp] >= 0 else ends[tp]) for tp in tps}
 
+    def _list_topics(self) -> Any:
+        try:
+            return self._admin.list_topics(timeout=self._timeout)
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot list topics on {self.bootstrap_servers}: {_kerr(e)}"
+            ) from None
+
+    def _patiently(self, what: str, attempt: Callable[[], _T]) -> _T:
+        """``attempt()``, retried while it raises BrokerUnavailableError and ``retry_s``
+        has not passed since the first failure."""
+        started = time.monotonic()
+        pause = 0.1  # a leader change heals in a metadata refresh; an outage takes longer
+        while True:
+            try:
+                return attempt()
+            except BrokerUnavailableError as e:
+                waited = time.monotonic() - started
+                if waited >= self._retry_s:
+                    if self._retry_s <= 0:
+                        raise
+                    raise BrokerUnavailableError(
+                        f"Kafka at {self.bootstrap_servers} unreachable for {waited:.0f}s "
+                        f"while {what} (limit source.brokerRetrySeconds={self._retry_s:g}): "
+                        f"{e.message}"
+                    ) from None
+                log.warning(
+                    "Kafka at %s unreachable while %s (%s); waited %.0fs of %.0fs, retrying",
+                    self.bootstrap_servers,
+                    what,
+                    e.message,
+                    waited,
+                    self._retry_s,
+                )
+                time.sleep(min(pause, max(0.0, self._retry_s - waited)))
+                pause = min(2 * pause, 1.0)
+                if waited > 1.0:
+                    # librdkafka can keep a leader it learned during the outage as unknown
+                    # ("Failed to query partition leader") after the broker is back; a new
+                    # client starts from fresh metadata (a drill found this).
+                    self._admin = AdminClient({**admin_config(self._conf), "log_level": 2})
+
     def _list_offsets(
+        self, tps: list[TopicPartition], spec: OffsetSpec
+    ) -> dict[TopicPartition, int]:
+        return self._patiently("listing offsets", lambda: self._list_offsets_once(tps, spec))
+
+    def _list_offsets_once(
         self, tps: list[TopicPartition], spec: OffsetSpec
     ) -> dict[TopicPartition, int]:
         request = {KTopicPartition(tp.topic, tp.partition): spec for tp in tps}
@@ -195,6 +247,12 @@ class KafkaMetadata:
                 raise PartitionStateError(f"listing offsets failed: {_kerr(e)}") from None
             raise BrokerUnavailableError(
                 f"cannot list offsets on {self.bootstrap_servers}: {_kerr(e)}"
+            ) from None
+        except concurrent.futures.TimeoutError:
+            # a partition whose leader is down: the request never completes
+            raise BrokerUnavailableError(
+                f"listing offsets on {self.bootstrap_servers} timed out after "
+                f"{self._timeout:.0f}s (broker down or partition leader unavailable)"
             ) from None
 
     def describe_topics(self, topics: list[str]) -> None:  # pragma: no cover - diagnostics

@@ -243,6 +243,37 @@ class ProduceResult:
         return sorted(self.per_partition)
 
 
+def send_paced(
+    producer: Producer,
+    topic: str,
+    key: bytes,
+    value: bytes,
+    partition: int,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+    next_slot: float,
+    rate: float,
+) -> float:
+    """Send one record at its slot of a steady ``rate`` (records/s); returns the next slot.
+
+    A producer that fell behind (stalled broker, full queue) resumes at the current time
+    instead of bursting to catch up; a full local queue is drained, never dropped."""
+    now = time.monotonic()
+    if now > next_slot + 1.0:
+        next_slot = now
+    while (delay := next_slot - time.monotonic()) > 0:
+        producer.poll(delay)
+    while True:
+        try:
+            producer.produce(
+                topic, key=key, value=value, partition=partition, on_delivery=on_delivery
+            )
+            break
+        except BufferError:
+            producer.poll(0.05)
+    producer.poll(0)
+    return next_slot + 1.0 / rate
+
+
 def produce(
     bootstrap: str,
     topic: str,

@@ -83,7 +83,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._metadata is None:
             from pipeline.kafka.client import KafkaMetadata
 
-            self._metadata = KafkaMetadata(self.options.consumer_conf())
+            self._metadata = KafkaMetadata(
+                self.options.consumer_conf(), retry_s=self.options.broker_retry_s
+            )
         return self._metadata
 
     def _current_partitions(self) -> list[TopicPartition]:
@@ -166,6 +168,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partition.ranges,
             include_headers=self.options.include_headers,
             fail_on_data_loss=self.options.fail_on_data_loss,
+            stall_timeout_s=max(self.options.broker_retry_s, 1.0),
         )
 
 

@@ -6,6 +6,8 @@ Operators
                              (new, vanished, shrunk and retention-truncated partitions).
   * ``plan_end``          -- admission control: the end offsets of the next batch.
   * ``split_ranges``      -- cuts per-partition ranges into contiguous sub-ranges (tasks).
+  * ``pack_ranges``       -- groups ranges into a few tasks of similar size (one consumer
+                             per task reads all of its group's ranges).
 
 Invariants
   * Ranges are half-open ``[start, end)`` and never overlap; the sub-ranges of one
@@ -255,3 +257,21 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
             pos += n
         assert pos == r.end
     return out
+
+
+def pack_ranges(ranges: Iterable[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
+    """Group ``ranges`` into at most ``tasks`` non-empty groups of similar record counts.
+
+    Greedy largest-first onto the lightest group; deterministic (ties broken by order), so
+    a replayed batch gets the same groups. Every range lands in exactly one group.
+    """
+    if tasks < 1:
+        raise ValueError("tasks must be >= 1")
+    todo = sorted((r for r in ranges if r.size > 0), key=lambda r: (-r.size, r))
+    groups: list[list[OffsetRange]] = [[] for _ in range(min(tasks, len(todo)))]
+    loads = [0] * len(groups)
+    for r in todo:
+        i = min(range(len(groups)), key=lambda g: (loads[g], g))
+        groups[i].append(r)
+        loads[i] += r.size
+    return [sorted(g) for g in groups]

@@ -27,6 +27,7 @@ KNOWN = {
     "failondataloss",
     "isolationlevel",
     "includeheaders",
+    "brokerretryseconds",
 }
 
 
@@ -45,6 +46,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     isolation_level: str = "read_committed"
     include_headers: bool = False
+    broker_retry_s: float = 120.0  # planning/reading wait this long for unreachable brokers
     kafka: dict[str, str] = field(default_factory=dict)
 
     def consumer_conf(self) -> dict[str, Any]:
@@ -66,7 +68,7 @@ class SourceOptions:
                 f"unknown source option(s) {', '.join(unknown)}; allowed: "
                 "assign, topics, topicPattern, startingOffsets, startingTimestamp, "
                 "maxRecordsPerTrigger, minPartitions, failOnDataLoss, isolationLevel, "
-                "includeHeaders, kafka.*"
+                "includeHeaders, brokerRetrySeconds, kafka.*"
             )
         bootstrap = kafka.pop("bootstrap.servers", None)
         if not bootstrap:
@@ -111,6 +113,7 @@ class SourceOptions:
             fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
             isolation_level=iso,
             include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
+            broker_retry_s=_int("brokerRetrySeconds", opts.get("brokerretryseconds", "120"), 0),
             kafka=kafka,
         )
 

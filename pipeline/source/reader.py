@@ -14,11 +14,13 @@ Invariants
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
@@ -64,8 +66,8 @@ class _Columns:
         self.topics: list[str] = []
         self.partitions: list[int] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
-        self.ts_types: list[int] = []
+        self.timestamps: list[int] = []  # raw Kafka values, converted in to_batch
+        self.ts_types: list[int] = []  # raw confluent-kafka TIMESTAMP_* codes
         self.headers: list[list[dict[str, Any]] | None] = []
 
     def __len__(self) -> int:
@@ -78,14 +80,24 @@ class _Columns:
             pa.array(self.topics, pa.string()),
             pa.array(self.partitions, pa.int32()),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(self.ts_types, pa.int32()),
+            *_timestamp_columns(
+                pa.array(self.timestamps, pa.int64()), pa.array(self.ts_types, pa.int32())
+            ),
         ]
         if self.include_headers:
             arrays.append(pa.array(self.headers, HEADER_TYPE))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self.reset()
         return batch
+
+
+def _timestamp_columns(ts: pa.Array, ts_type: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(timestamp, timestampType) like Spark's Kafka source, vectorised: confluent-kafka
+    codes 0 = none (null, -1), 1 = CreateTime (0), 2 = LogAppendTime (1); ms -> us."""
+    known = pc.and_(pc.not_equal(ts_type, 0), pc.greater_equal(ts, 0))
+    micros = pc.if_else(known, pc.multiply(ts, 1000), pa.scalar(None, pa.int64()))
+    kind = pc.if_else(pc.equal(ts_type, 0), -1, pc.subtract(ts_type, 1)).cast(pa.int32())
+    return micros.cast(pa.timestamp("us", tz="UTC")), kind
 
 
 def read_ranges(
@@ -107,7 +119,9 @@ def read_ranges(
     try:
         # Metadata first: assign() then fetches at once instead of after a refresh (~0.5 s).
         for topic in {tp.topic for tp in todo}:
-            consumer.list_topics(topic, timeout=30)
+            # brokers down: assign() waits for them instead, bounded by stall_timeout_s
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(topic, timeout=10)
         consumer.assign(
             [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
         )
@@ -116,20 +130,36 @@ def read_ranges(
         while todo:
             msgs = consumer.consume(poll_batch, timeout=0.1)
             progressed = False
+            # the per-record loop: plain list appends only (the rest is vectorised)
+            keys, values, topics = cols.keys.append, cols.values.append, cols.topics.append
+            parts, offs = cols.partitions.append, cols.offsets.append
+            stamps, kinds = cols.timestamps.append, cols.ts_types.append
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
                     _handle_error(consumer, err, msg, todo, fail_on_data_loss)
                     continue
-                tp = TopicPartition(msg.topic(), msg.partition())  # type: ignore[arg-type]
-                r = todo.get(tp)
+                # set on messages without error; (topic, partition) == its TopicPartition
+                name: str = msg.topic()  # type: ignore[assignment]
+                partition: int = msg.partition()  # type: ignore[assignment]
                 off = msg.offset()
+                r = todo.get((name, partition))  # type: ignore[call-overload]
                 if r is None or off is None or off >= r.end or off < r.start:
                     continue
-                _append(cols, msg, tp, off)
+                keys(msg.key())
+                values(msg.value())
+                topics(name)
+                parts(partition)
+                offs(off)
+                kind, stamp = msg.timestamp()
+                kinds(kind)
+                stamps(stamp)
+                if include_headers:
+                    hs = msg.headers()
+                    cols.headers.append([{"key": h[0], "value": h[1]} for h in hs] if hs else None)
                 progressed = True
                 if off >= r.end - 1:
-                    _finish(consumer, todo, tp)
+                    _finish(consumer, todo, r.tp)
             if len(cols) >= batch_rows:
                 yield cols.to_batch(schema)
             if progressed:
@@ -140,26 +170,13 @@ def read_ranges(
                     missing = ", ".join(f"{tp}@{consumer_position(consumer, tp)}" for tp in todo)
                     raise BrokerUnavailableError(
                         f"no progress for {stall_timeout_s:.0f}s reading {missing} "
-                        "(broker down or partition leader unavailable)"
+                        "(broker down or partition leader unavailable; limit "
+                        "source.brokerRetrySeconds)"
                     )
         if len(cols):
             yield cols.to_batch(schema)
     finally:
         consumer.close()
-
-
-def _append(cols: _Columns, msg: Message, tp: TopicPartition, off: int) -> None:
-    cols.keys.append(msg.key())
-    cols.values.append(msg.value())
-    cols.topics.append(tp.topic)
-    cols.partitions.append(tp.partition)
-    cols.offsets.append(off)
-    ts_type, ts = msg.timestamp()
-    cols.timestamps.append(ts * 1000 if ts_type != 0 and ts >= 0 else None)
-    cols.ts_types.append(ts_type - 1 if ts_type else -1)  # Kafka: 0=CreateTime 1=LogAppendTime
-    if cols.include_headers:
-        hs = msg.headers()
-        cols.headers.append([{"key": h[0], "value": h[1]} for h in hs] if hs else None)
 
 
 def consumer_position(consumer: Consumer, tp: TopicPartition) -> int:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from pipeline.commit.coordinator import PartitionStats, StagedBatch
 from pipeline.decode import ERROR_COL
+from pipeline.source.offsets import OffsetRange
 
 RESULT_DDL = (
     "kind STRING, payload BINARY, topic STRING, partition INT, "
@@ -196,18 +197,64 @@ def _dead_letter_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.Rec
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
+def _attempt(plan: TaskPlan) -> tuple[int, str | None]:
+    """(file-name seed, armed faults) of the running task attempt."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    # taskAttemptId is unique per attempt in the application: retried tasks never
+    # overwrite (or get confused with) a failed attempt's files.
+    seed = ctx.taskAttemptId() if ctx is not None else 0
+    armed = plan.faults if ctx is not None and ctx.attemptNumber() == 0 else None
+    return seed, armed
+
+
 def make_task_function(
     plan: TaskPlan,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        # taskAttemptId is unique per attempt in the application: retried tasks never
-        # overwrite (or get confused with) a failed attempt's files.
-        seed = ctx.taskAttemptId() if ctx is not None else 0
-        armed = plan.faults if ctx is not None and ctx.attemptNumber() == 0 else None
+        seed, armed = _attempt(plan)
         yield from run_task(plan, batches, seed, armed)
+
+    return task
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What a ``decode.engine: arrow`` task reads: its group of offset ranges, and how."""
+
+    groups: list[list[OffsetRange]]  # task i reads groups[i] with one consumer
+    consumer_conf: dict[str, Any]
+    decoder: Any  # pipeline.decode_arrow.ArrowDecoder
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    stall_timeout_s: float = 120.0
+
+
+def make_read_task_function(
+    plan: TaskPlan, read: ReadPlan
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Task over ``spark.range(len(read.groups))``: Kafka -> Arrow decode -> staged files,
+    all in the Python worker (no JVM rows)."""
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pipeline.source.reader import read_ranges
+
+        ids = [i for b in batches for i in b.column(0).to_pylist()]
+        seed, armed = _attempt(plan)
+
+        def decoded() -> Iterator[pa.RecordBatch]:
+            for i in ids:
+                for raw in read_ranges(
+                    read.consumer_conf,
+                    read.groups[i],
+                    include_headers=read.include_headers,
+                    fail_on_data_loss=read.fail_on_data_loss,
+                    stall_timeout_s=read.stall_timeout_s,
+                ):
+                    yield read.decoder.decode(raw)
+
+        yield from run_task(plan, decoded(), seed, armed)
 
     return task
 

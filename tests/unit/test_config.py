@@ -88,3 +88,12 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
 def test_json_decode_needs_schema() -> None:
     with pytest.raises(ConfigError, match="decode.schema must list the fields"):
         parse_config({**BASE, "decode": {"format": "json"}})
+
+
+def test_trigger_interval_is_normalised_to_units_spark_parses() -> None:
+    from pipeline.config import TriggerConfig
+
+    assert TriggerConfig(interval="500 ms").interval == "500 milliseconds"
+    assert TriggerConfig(interval="2s").interval == "2 seconds"
+    assert TriggerConfig(interval="1.5 min").interval == "90000 milliseconds"
+    assert TriggerConfig(interval="10 seconds").interval == "10 seconds"

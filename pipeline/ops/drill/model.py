@@ -1,0 +1,116 @@
+"""Named types of a drill: what was asked (``DrillSpec``), what happened (``FaultEvent``,
+``Sample``, ``Recovery``) and the verdict (``DrillResult``).
+
+Invariant: a result is *ok* only when nothing produced is missing or duplicated in the
+tables (records lost to retention with ``failOnDataLoss=false`` are counted as ``lost``,
+not missing) and every assertion of the scenario held (``problems`` is empty).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+TableFormat = Literal["iceberg", "hudi"]
+
+
+@dataclass(frozen=True)
+class DrillSpec:
+    """One drill to run: a scenario on one table format."""
+
+    scenario: str
+    table_format: TableFormat = "iceberg"
+    kills: int = 20  # SIGKILL restarts (kill scenario only)
+    # records/second. The embedded broker keeps ~15k records per partition (5 MB): at
+    # 100/s over 8 partitions the pipeline may lag ~20 minutes before retention bites
+    # (the SIGKILL chain commits nothing for several restarts in a row).
+    rate: float = 100.0
+    partitions: int = 8
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """A fault injected (``kind`` = kill/fault-point/broker-down/…) or a recovery marker."""
+
+    t: float  # seconds since the drill started
+    kind: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    produced: int  # acknowledged by the broker
+    committed: int  # sum of the table's committed end offsets (records + dead letters)
+
+
+@dataclass
+class Recovery:
+    """A driver (re)start and the first new table commit observed after it."""
+
+    started: float
+    first_commit: float | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.first_commit is None else self.first_commit - self.started
+
+
+@dataclass
+class DrillResult:
+    scenario: str
+    table_format: str
+    faults: int = 0
+    restarts: int = 0
+    produced: int = 0
+    committed: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    lost: int = 0  # skipped on purpose (retention, failOnDataLoss=false) and recorded
+    recommits: int = 0
+    rollbacks: int = 0
+    recover_s: list[float] = field(default_factory=list)
+    duration_s: float = 0.0
+    verifier: str = ""  # which check produced missing/duplicated
+    skipped: str | None = None  # reason the scenario could not run here
+    problems: list[str] = field(default_factory=list)  # failed scenario assertions
+    notes: list[str] = field(default_factory=list)
+    events: list[FaultEvent] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is not None or (
+            self.missing == 0 and self.duplicated == 0 and not self.problems
+        )
+
+    @property
+    def verdict(self) -> str:
+        if self.skipped is not None:
+            return "skipped"
+        return "ok" if self.ok else "FAILED"
+
+    @property
+    def recover_median(self) -> float | None:
+        return statistics.median(self.recover_s) if self.recover_s else None
+
+    @property
+    def recover_max(self) -> float | None:
+        return max(self.recover_s) if self.recover_s else None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DrillResult:
+        """Inverse of :meth:`to_dict` (derived keys are ignored)."""
+        known = {f for f in cls.__dataclass_fields__}
+        r = cls(**{k: v for k, v in d.items() if k in known})
+        r.events = [FaultEvent(**e) for e in d.get("events", [])]
+        r.samples = [Sample(**s) for s in d.get("samples", [])]
+        return r
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verdict"] = self.verdict
+        d["recover_median_s"] = self.recover_median
+        d["recover_max_s"] = self.recover_max
+        return d

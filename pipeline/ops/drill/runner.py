@@ -1,0 +1,194 @@
+"""Matrix selection and the run loop of ``ingest drill``, with a live progress display.
+
+``fast`` matrix: one SIGKILL drill (2 kills) and the checkpoint-deleted drill (Iceberg
+unless ``--format`` says otherwise).
+``full`` matrix: SIGKILL drills on Iceberg and Hudi (``kills`` each, ≥ 20 for acceptance)
+plus every other scenario on Iceberg. A drill that cannot run here is reported as skipped
+with its reason; a drill that throws is reported FAILED with the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from pipeline.ops.drill.harness import Rig
+from pipeline.ops.drill.model import DrillResult, DrillSpec, TableFormat
+from pipeline.ops.drill.report import summary_table, write_json, write_timeline
+from pipeline.ops.drill.scenarios import SCENARIOS, SkipDrill, private_pg_cluster
+
+ORDER = (
+    "kill",
+    "task-failure",
+    "broker-outage",
+    "zombie",
+    "checkpoint-deleted",
+    "retention",
+    "catalog-outage",
+)
+PER_FORMAT = {"kill"}  # scenarios run on every selected format; the rest on Iceberg
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    out: Path
+    kills: int = 20
+    rate: float = 100.0
+    bootstrap: str | None = None
+    keep_work: bool = False
+    work: Path | None = None  # drivers' work dirs; default <out>/work
+
+
+def select(
+    matrix: str, scenarios: Sequence[str], formats: Sequence[str], kills: int, rate: float
+) -> list[DrillSpec]:
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(f"unknown drill scenario(s) {unknown}; allowed: {', '.join(ORDER)}")
+    if scenarios:
+        names = list(scenarios)
+    elif matrix == "fast":
+        names = ["kill", "checkpoint-deleted"]
+        kills = min(kills, 2)
+    else:
+        names = list(ORDER)
+    chosen: list[TableFormat] = []
+    default_formats = ("iceberg",) if matrix == "fast" and not scenarios else ("iceberg", "hudi")
+    for f in formats or default_formats:
+        if f not in ("iceberg", "hudi"):
+            from pipeline.errors import ConfigError
+
+            raise ConfigError(f"--format {f!r}: allowed: iceberg, hudi")
+        chosen.append("hudi" if f == "hudi" else "iceberg")
+    specs = []
+    for name in names:
+        # only the SIGKILL drill runs on every format unless formats were asked for
+        fmts = chosen if name in PER_FORMAT or formats else chosen[:1]
+        specs += [DrillSpec(name, fmt, kills=kills, rate=rate) for fmt in fmts]
+    return specs
+
+
+def run_one(spec: DrillSpec, opts: DrillOptions, status: list[str]) -> DrillResult:
+    work = (opts.work or opts.out / "work") / f"{spec.scenario}-{spec.table_format}"
+    shutil.rmtree(work, ignore_errors=True)
+    pg = None
+    catalog = None
+    pg_skip = ""
+    if spec.scenario == "catalog-outage":
+        if spec.table_format != "iceberg":
+            return DrillResult(spec.scenario, spec.table_format, skipped="Iceberg catalogs only")
+        pg, pg_skip = private_pg_cluster()
+        if pg is not None:
+            catalog = {
+                "name": "drill",
+                "uri": pg.sqlalchemy_uri,
+                "warehouse": str(work / "warehouse"),
+            }
+
+    def say(msg: str) -> None:
+        status[0] = f"{spec.scenario}/{spec.table_format}: {msg}"
+
+    rig: Rig | None = None
+    try:
+        rig = Rig(spec, work, opts.bootstrap, catalog, on_status=say)
+        rig.extra.update({"pg": pg, "pg_skip": pg_skip})
+        with rig:
+            stop = threading.Event()
+
+            def ticker() -> None:
+                while not stop.wait(1.0):
+                    assert rig is not None
+                    status[1] = (
+                        f"t={rig.now():5.0f}s produced {rig.producer.produced:>7} "
+                        f"committed {rig.committed:>7} restarts {rig.result.restarts:>3} "
+                        f"faults {rig.result.faults:>3}"
+                    )
+
+            threading.Thread(target=ticker, daemon=True).start()
+            try:
+                SCENARIOS[spec.scenario](rig)
+            finally:
+                stop.set()
+        result = rig.result
+    except SkipDrill as e:
+        result = rig.result if rig is not None else DrillResult(spec.scenario, spec.table_format)
+        result.skipped = str(e)
+    except Exception as e:  # a drill that breaks is a failed drill, reported, not a crash
+        result = rig.result if rig is not None else DrillResult(spec.scenario, spec.table_format)
+        result.problems.append(f"{type(e).__name__}: {e}")
+        if rig is not None:
+            for d in rig.drivers[-2:]:
+                result.notes.append(f"driver {d.n} stderr tail: {d.stderr()[-600:]}")
+    finally:
+        if pg is not None:
+            pg.drop()
+    if not opts.keep_work and result.ok:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def run_drills(
+    specs: Sequence[DrillSpec], opts: DrillOptions, console: Console
+) -> list[DrillResult]:
+    # the sampler polls the catalog too: its retry warnings during an outage are expected
+    logging.getLogger("pipeline.iceberg").setLevel(logging.ERROR)
+    results: list[DrillResult] = []
+    status = ["", ""]
+    started = time.monotonic()
+
+    def render() -> Group:
+        done = " ".join(f"{r.scenario}/{r.table_format}:{r.verdict}" for r in results) or "-"
+        return Group(
+            Text(
+                f"drill {len(results) + 1}/{len(specs)}  elapsed {time.monotonic() - started:.0f}s",
+                style="bold",
+            ),
+            Text(status[0]),
+            Text(status[1]),
+            Text(f"done: {done}", style="dim"),
+        )
+
+    with Live(render(), console=console, refresh_per_second=2, transient=True) as live:
+        stop = threading.Event()
+
+        def refresh() -> None:
+            while not stop.wait(0.5):
+                live.update(render())
+
+        threading.Thread(target=refresh, daemon=True).start()
+        try:
+            for spec in specs:
+                status[0], status[1] = f"{spec.scenario}/{spec.table_format}: starting", ""
+                r = run_one(spec, opts, status)
+                results.append(r)
+                console.print(
+                    f"{r.scenario}/{r.table_format}: {r.verdict} ({r.duration_s:.0f}s, "
+                    f"{r.restarts} restarts, {r.missing} missing, {r.duplicated} duplicated)"
+                    + (f" — {r.skipped}" if r.skipped else "")
+                    + (f" — {'; '.join(r.problems)[:300]}" if r.problems else "")
+                )
+        finally:
+            stop.set()
+    meta = {
+        "kills": opts.kills,
+        "rate": opts.rate,
+        "broker": opts.bootstrap or "embedded (librdkafka mock cluster, 3 brokers)",
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    write_json(results, meta, opts.out / "report.json")
+    write_timeline(results, opts.out / "timeline.png")
+    wide = console if console.is_terminal else Console(file=console.file, width=160)
+    wide.print(summary_table(results))
+    console.print(f"report: {opts.out / 'report.json'}, timeline: {opts.out / 'timeline.png'}")
+    return results

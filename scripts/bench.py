@@ -1,0 +1,16 @@
+#!/usr/bin/env python3
+"""Benchmark report: same as ``ingest bench`` (options: ``--help``).
+
+scripts/bench.py            # full preset → docs/bench/report.json + PNG charts
+scripts/bench.py --quick    # smoke run
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline.cli import main
+
+if __name__ == "__main__":
+    main(["bench", *sys.argv[1:]])

@@ -1,0 +1,31 @@
+"""A private PostgreSQL cluster fixture for catalog-outage tests (stop/start at will).
+
+Thin wrapper over :mod:`pipeline.ops.pgcluster`; never touches the shared server on
+5432. Import the fixture into a test module::
+
+    from pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pipeline.ops.pgcluster import PgCluster, PgClusterUnavailable, available
+
+
+@pytest.fixture(name="pg_cluster")
+def pg_cluster_fixture() -> Iterator[PgCluster]:
+    """A fresh cluster on a free port, dropped (with its data) after the test."""
+    why = available()
+    if why is not None:
+        pytest.skip(f"no private PostgreSQL cluster possible: {why}")
+    try:
+        cluster = PgCluster.create()
+    except PgClusterUnavailable as e:
+        pytest.skip(f"no private PostgreSQL cluster possible: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.drop()

@@ -1,0 +1,98 @@
+"""Failover drills (`ingest drill`): live embedded broker, rate producer, the pipeline as
+its own OS process, injected faults, then an exactly-once count.
+
+Default run (fast subset): a SIGKILL drill with 2 kills on Iceberg and the
+checkpoint-deleted drill. ``-m drill``: the full matrix (≥ 20 SIGKILL restarts per
+format, every scenario), the same command as ``ingest drill --matrix full``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from pipeline.ops.drill.model import DrillResult, FaultEvent, Sample
+from pipeline.ops.drill.report import write_json, write_timeline
+from pipeline.ops.drill.runner import DrillOptions, run_drills, select
+
+
+def _run(tmp_path: Path, matrix: str, scenarios: list[str], kills: int) -> dict:
+    specs = select(matrix, scenarios, ["iceberg"] if matrix == "fast" else [], kills, 100.0)
+    results = run_drills(
+        specs, DrillOptions(out=tmp_path, kills=kills, rate=100.0), Console(width=200)
+    )
+    assert (tmp_path / "report.json").is_file()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert len(report["drills"]) == len(results) == len(specs)
+    return report
+
+
+def test_full_matrix_selection_kills_both_formats() -> None:
+    specs = select("full", [], [], kills=20, rate=300.0)
+    kills = [s for s in specs if s.scenario == "kill"]
+    assert {s.table_format for s in kills} == {"iceberg", "hudi"}
+    assert all(s.kills == 20 for s in kills)
+    others = {s.scenario for s in specs} - {"kill"}
+    assert others == {
+        "task-failure", "broker-outage", "zombie", "checkpoint-deleted", "retention",
+        "catalog-outage",
+    }  # fmt: skip
+    assert all(s.table_format == "iceberg" for s in specs if s.scenario != "kill")
+    assert [s.kills for s in select("fast", [], [], 20, 300.0)] == [2, 2]
+
+
+def test_report_json_and_png_from_a_result(tmp_path: Path) -> None:
+    bad = DrillResult("kill", "hudi", faults=1, restarts=1, produced=10, committed=9, missing=1)
+    bad.recover_s = [3.0, 5.0]
+    bad.samples = [Sample(0.0, 0, 0), Sample(1.0, 10, 5), Sample(2.0, 10, 9)]
+    bad.events = [FaultEvent(0.5, "kill", "after-commit"), FaultEvent(1.0, "recovered", "0.5s")]
+    skipped = DrillResult("retention", "iceberg", skipped="needs the embedded broker")
+    data = json.loads(write_json([bad, skipped], {"kills": 1}, tmp_path / "r.json").read_text())
+    assert data["ok"] is False
+    d = data["drills"][0]
+    assert (d["verdict"], d["recover_median_s"], d["recover_max_s"]) == ("FAILED", 4.0, 5.0)
+    assert data["drills"][1]["verdict"] == "skipped"
+    png = write_timeline([bad, skipped], tmp_path / "t.png")
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.timeout(1200)
+def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
+    report = _run(tmp_path, "fast", [], kills=2)
+    by_name = {d["scenario"]: d for d in report["drills"]}
+    kill, ckpt = by_name["kill"], by_name["checkpoint-deleted"]
+    for d in (kill, ckpt):
+        assert d["verdict"] == "ok", (d["problems"], d["notes"])
+        assert d["missing"] == 0 and d["duplicated"] == 0
+        assert d["produced"] > 0 and d["committed"] == d["produced"]
+        assert d["samples"] and d["events"]
+    assert kill["restarts"] == 2  # after each kill, one restart
+    assert kill["faults"] == 2
+    assert kill["rollbacks"] >= 1  # after-write left an instant that was rolled back
+    assert kill["recover_median_s"] is not None and kill["recover_max_s"] > 0
+    assert any(e["kind"] == "checkpoint-deleted" for e in ckpt["events"])
+    assert ckpt["recover_s"]  # restart → first commit measured
+    png = tmp_path / "timeline.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.drill
+@pytest.mark.timeout(3600)  # the whole matrix: ≈ 17 min on a quiet 2-core host
+def test_full_drill_matrix(tmp_path: Path) -> None:
+    report = _run(tmp_path, "full", [], kills=20)
+    assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
+    ran = [d for d in report["drills"] if d["verdict"] != "skipped"]
+    for d in ran:
+        assert d["missing"] == 0 and d["duplicated"] == 0, d["scenario"]
+    kills = {d["table_format"]: d for d in ran if d["scenario"] == "kill"}
+    assert set(kills) == {"iceberg", "hudi"}
+    for d in kills.values():
+        assert d["faults"] >= 20 and d["restarts"] >= 20
+        assert d["recover_median_s"] is not None
+        # after-precommit / after-dead-letter-commit leave instants the next runs finish
+        assert d["recommits"] >= 1 and d["rollbacks"] >= 1
+    # time to recover is reported for every scenario that ran
+    assert all(d["recover_s"] for d in ran), [d["scenario"] for d in ran if not d["recover_s"]]

@@ -1,0 +1,410 @@
+"""The pipeline under infrastructure faults (issue 5): real broker, Spark, PostgreSQL.
+
+* Broker outage: one broker down (its partitions moved), then every broker down mid-run,
+  then up: the running pipeline waits and resumes, exactly once. Past
+  ``source.brokerRetrySeconds`` it stops with a one-line broker error; a restart resumes.
+* Partition leaders moving while batches read: no stall, no duplicate, no loss.
+* Catalog outage (a private PostgreSQL cluster stopped and restarted): a table load at
+  batch start and a commit wait and resume; past ``commit.catalogRetrySeconds`` the
+  driver stops with a one-line error naming the catalog and the next run recommits.
+* Retention overtaking a stopped pipeline, through the driver subprocess: exit 2 with the
+  partition and offsets under failOnDataLoss, else continue, recorded and counted.
+
+Zombie drivers (two live OS processes, the 5 s idle fence check) are covered by
+tests/test_fencing.py::test_second_driver_fences_the_first; a deleted checkpoint by
+tests/test_pipeline_iceberg.py::test_exactly_once_with_dead_letters_restart_and_replay.
+Exactly-once is shown by counting (topic, partition, offset).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from drivers import run_driver
+from kafka_fixtures import KafkaTestBroker, unique_topic
+from pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
+from test_pipeline_iceberg import coords, produced
+
+from pipeline.app import Pipeline
+from pipeline.commit.faults import FaultPoints
+from pipeline.config import parse_config
+from pipeline.errors import find_pipeline_error
+from pipeline.iceberg.table import DATA_LOSS_KEY
+from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.ops.pgcluster import PgCluster
+
+
+def _config(
+    tmp: Path,
+    bootstrap: str,
+    topic: str,
+    *,
+    catalog: dict[str, Any] | None = None,
+    trigger: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
+    commit: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": f"p-{topic}",
+        "source": {"bootstrapServers": bootstrap, "topics": [topic], **(source or {})},
+        "decode": {"schema": event_schema_fields()},
+        "sink": {
+            "catalog": catalog or {"warehouse": str(tmp / "warehouse")},
+            "table": f"db_{topic.replace('-', '_')}.events",
+        },
+        "checkpointLocation": str(tmp / "checkpoint"),
+        "trigger": trigger or {"mode": "available-now"},
+        "spark": {"master": "local[2]"},
+        "metrics": {"enabled": False},
+        "commit": commit or {},
+    }
+
+
+def _embedded(kafka_broker: KafkaTestBroker) -> Any:
+    if kafka_broker.embedded is None:
+        pytest.skip("broker faults need the embedded broker's mock API")
+    return kafka_broker.embedded
+
+
+class _CatalogOutageAt(FaultPoints):
+    """Stops the private catalog cluster when the coordinator reaches a named point of a
+    batch (and starts it again ``restart_after`` seconds later, unless None)."""
+
+    def __init__(self, cluster: PgCluster, plan: dict[tuple[str, int], float | None]) -> None:
+        super().__init__("")
+        self.cluster = cluster
+        self.plan = dict(plan)
+        self.stopped_at: dict[int, float] = {}
+        self.restarted_at: dict[int, float] = {}
+        self.timers: list[threading.Timer] = []
+
+    def hit(self, point: str, batch_id: int | None = None) -> None:
+        key = (point, batch_id if batch_id is not None else -1)
+        if key not in self.plan:
+            return
+        restart_after = self.plan.pop(key)
+        self.cluster.stop()
+        self.stopped_at[key[1]] = time.monotonic()
+        if restart_after is not None:
+
+            def restart(batch: int = key[1]) -> None:
+                self.restarted_at[batch] = time.monotonic()  # PostgreSQL starts in ~2 s
+                self.cluster.start()
+
+            timer = threading.Timer(restart_after, restart)
+            self.timers.append(timer)
+            timer.start()
+
+
+def _committed_at(p: Pipeline) -> dict[int, float]:
+    """Records when each batch's outcome reached the driver."""
+    seen: dict[int, float] = {}
+
+    def on_batch(outcome: Any) -> None:
+        seen.setdefault(outcome.batch_id, time.monotonic())
+
+    p.on_batch = on_batch
+    return seen
+
+
+# -- catalog ---------------------------------------------------------------------------
+
+
+def test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, pg_cluster: PgCluster
+) -> None:
+    topic = unique_topic("cat-wait")
+    kafka_broker.create_topic(topic, 3)
+    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=900, seed=51))
+    catalog = {"name": "outage", "uri": pg_cluster.sqlalchemy_uri, "warehouse": str(tmp_path)}
+    cfg = parse_config(
+        _config(
+            tmp_path,
+            kafka_broker.bootstrap_servers,
+            topic,
+            catalog=catalog,
+            source={"maxRecordsPerTrigger": 300},
+            commit={"catalogRetrySeconds": 60},
+        )
+    )
+    p = Pipeline(cfg, spark)
+    outage_s = 4.0
+    # batch 1: the catalog goes away before the table is loaded for the write;
+    # batch 2: after the precommit, so the table commit itself meets the outage
+    hook = _CatalogOutageAt(
+        pg_cluster, {("after-requested", 1): outage_s, ("after-precommit", 2): outage_s}
+    )
+    p.coordinator.faults = hook
+    committed = _committed_at(p)
+    try:
+        p.run(timeout_s=240)
+    finally:
+        for timer in hook.timers:
+            timer.join()
+
+    assert coords(p) == produced(r)  # nothing lost, nothing twice
+    assert set(hook.stopped_at) == {1, 2} and set(hook.restarted_at) == {1, 2}
+    for batch in (1, 2):
+        waited = committed[batch] - hook.stopped_at[batch]
+        resumed = committed[batch] - hook.restarted_at[batch]
+        print(f"catalog outage at batch {batch}: waited {waited:.1f}s, {resumed:.1f}s after up")
+        assert waited >= outage_s  # it really waited for the catalog
+        assert resumed < 30, "no prompt resume after the catalog came back"
+    assert p.stats.last is not None and p.stats.last.outcome == "committed"
+    assert p.timeline is not None and not p.timeline.pending()
+
+
+def test_catalog_outage_past_the_deadline_fails_clearly_then_recommits(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, pg_cluster: PgCluster
+) -> None:
+    topic = unique_topic("cat-fail")
+    kafka_broker.create_topic(topic, 2)
+    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=52))
+    catalog = {"name": "outage", "uri": pg_cluster.sqlalchemy_uri, "warehouse": str(tmp_path)}
+    data = _config(
+        tmp_path,
+        kafka_broker.bootstrap_servers,
+        topic,
+        catalog=catalog,
+        source={"maxRecordsPerTrigger": 300},
+        commit={"catalogRetrySeconds": 3},
+    )
+    p = Pipeline(parse_config(data), spark)
+    hook = _CatalogOutageAt(pg_cluster, {("after-precommit", 1): None})
+    p.coordinator.faults = hook
+    with pytest.raises(Exception) as info:
+        p.run(timeout_s=240)
+    failed_after = time.monotonic() - hook.stopped_at[1]
+    message = find_pipeline_error(info.value)
+    print(f"catalog down past the deadline: failed {failed_after:.1f}s after the stop")
+    print(f"  error: {message}")
+    assert message is not None and "\n" not in message, info.value
+    assert "catalog 'outage'" in message and "unreachable" in message, message
+    assert "catalogRetrySeconds=3" in message and f":{pg_cluster.port}/" in message, message
+    assert 3 <= failed_after < 30
+
+    pg_cluster.start()
+    again = Pipeline(parse_config(data), spark)
+    again.run(timeout_s=240)
+    assert again.stats.recovered.get("recommitted") == 1, again.stats.recovered
+    assert coords(again) == produced(r)
+
+
+# -- broker ----------------------------------------------------------------------------
+
+
+def test_broker_outage_mid_run_waits_and_resumes_exactly_once(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    broker = _embedded(kafka_broker)
+    topic = unique_topic("brk-out")
+    kafka_broker.create_topic(topic, 3)
+    results = [produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1200, seed=53))]
+    cfg = parse_config(
+        _config(
+            tmp_path,
+            kafka_broker.bootstrap_servers,
+            topic,
+            trigger={"mode": "processing-time", "interval": "1 second"},
+            source={"maxRecordsPerTrigger": 300},
+        )
+    )
+    p = Pipeline(cfg, spark)
+    committed = _committed_at(p)
+    outage_s = 10.0
+    marks: dict[str, float] = {}
+
+    def faults() -> None:
+        # broker 1 fails over: its partitions move first, then it goes down for good
+        for part in range(3):
+            broker.set_partition_leader(topic, part, 2 + part % 2)
+        broker.broker_down(1)
+        time.sleep(2)
+        broker.broker_down(-1)  # the whole cluster
+        marks["down"] = time.monotonic()
+        time.sleep(outage_s)
+        broker.broker_up(2)
+        broker.broker_up(3)
+        marks["up"] = time.monotonic()
+        results.append(
+            produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=54))
+        )
+
+    fault_thread = threading.Thread(target=faults)
+    started = False
+    total = lambda: sum(x.produced for x in results)  # noqa: E731
+
+    def until(stats: Any) -> bool:
+        nonlocal started
+        if not started and stats.batches >= 2:
+            started = True
+            fault_thread.start()
+        return "up" in marks and not fault_thread.is_alive() and stats.records >= total()
+
+    try:
+        p.run(until=until, timeout_s=240)
+    finally:
+        if fault_thread.is_alive():
+            fault_thread.join()
+        broker.broker_up(-1)
+    assert "up" in marks, "the pipeline ended before the outage"
+    after_up = [t for t in committed.values() if t > marks["up"]]
+    assert after_up, "no batch committed after the brokers came back"
+    print(
+        f"broker outage {outage_s:.0f}s: first commit {min(after_up) - marks['up']:.1f}s after up"
+    )
+    assert min(after_up) - marks["up"] < 30
+    assert coords(p) == produced(*results)
+
+
+@pytest.mark.slow
+def test_broker_outage_past_the_deadline_fails_clearly_and_restart_resumes(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    broker = _embedded(kafka_broker)
+    topic = unique_topic("brk-fail")
+    kafka_broker.create_topic(topic, 2)
+    r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=55))
+    data = _config(
+        tmp_path,
+        kafka_broker.bootstrap_servers,
+        topic,
+        trigger={"mode": "processing-time", "interval": "1 second"},
+        source={"brokerRetrySeconds": 5},
+    )
+    p = Pipeline(parse_config(data), spark)
+    down: dict[str, float] = {}
+
+    def until(stats: Any) -> bool:
+        if stats.records >= r1.produced and not down:
+            broker.broker_down(-1)  # and stays down past brokerRetrySeconds
+            down["at"] = time.monotonic()
+        return False
+
+    try:
+        with pytest.raises(Exception) as info:
+            p.run(until=until, timeout_s=180)
+        failed_after = time.monotonic() - down["at"]
+    finally:
+        broker.broker_up(-1)
+    message = find_pipeline_error(info.value)
+    print(f"brokers down past brokerRetrySeconds=5: failed {failed_after:.1f}s after down")
+    print(f"  error: {message}")
+    assert message is not None and "\n" not in message, info.value
+    assert kafka_broker.bootstrap_servers in message and "unreachable" in message, message
+    assert failed_after < 60
+    r2 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=56))
+    data["trigger"] = {"mode": "available-now"}
+    again = Pipeline(parse_config(data), spark)
+    again.run(timeout_s=180)
+    assert coords(again) == produced(r1, r2)
+
+
+def test_leader_changes_while_batches_read_lose_and_duplicate_nothing(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    broker = _embedded(kafka_broker)
+    topic = unique_topic("leader")
+    kafka_broker.create_topic(topic, 3)
+    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=3000, seed=57))
+    cfg = parse_config(
+        _config(
+            tmp_path, kafka_broker.bootstrap_servers, topic, source={"maxRecordsPerTrigger": 500}
+        )
+    )
+    p = Pipeline(cfg, spark)
+    stop = threading.Event()
+    moves = 0
+
+    def move_leaders() -> None:
+        nonlocal moves
+        while not stop.is_set():
+            for part in range(3):
+                broker.set_partition_leader(topic, part, 1 + (moves + part) % broker.num_brokers)
+            moves += 1
+            stop.wait(0.2)
+
+    mover = threading.Thread(target=move_leaders)
+    mover.start()
+    started = time.monotonic()
+    try:
+        p.run(timeout_s=240)
+    finally:
+        stop.set()
+        mover.join()
+    took = time.monotonic() - started
+    print(f"{moves} leader moves over {p.stats.batches} batches in {took:.1f}s")
+    assert moves >= 10 and p.stats.batches >= 6
+    assert took < 180, "batches stalled on leader changes"
+    assert coords(p) == produced(r)
+
+
+# -- retention -------------------------------------------------------------------------
+
+
+def _write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _last_error(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert lines, stderr[-3000:]
+    return lines[-1]
+
+
+@pytest.mark.slow
+def test_retention_overtakes_a_stopped_driver(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    broker = _embedded(kafka_broker)
+    topic = unique_topic("ret")
+    kafka_broker.create_topic(topic, 2)
+    bootstrap = kafka_broker.bootstrap_servers
+    data = _config(tmp_path, bootstrap, topic)
+    config = _write(tmp_path / "pipeline.yaml", data)
+    r1 = produce(bootstrap, topic, GeneratorSpec(count=400, seed=58), partitions=2)
+    Pipeline(parse_config(data), spark).run(timeout_s=180)  # then the driver stops
+    r2 = produce(bootstrap, topic, GeneratorSpec(count=400, seed=59), partitions=2)
+    committed = r1.offsets[(topic, 0)][1] + 1  # next offset the table holds for partition 0
+    lost_to = committed + 50
+    broker.delete_records(topic, 0, lost_to)  # retention while the driver is stopped
+
+    strict = run_driver(config)
+    assert strict.returncode == 2, strict.stderr[-3000:]
+    err = _last_error(strict.stderr)
+    print(f"retention past the committed offsets, failOnDataLoss=true: exit 2, {err}")
+    assert f"{topic}[0]" in err and str(committed) in err and str(lost_to) in err, err
+
+    # failOnDataLoss=false, in-process so the metrics registry can be read afterwards
+    from pipeline.ops.metrics import attach
+
+    lenient = parse_config({**data, "source": {**data["source"], "failOnDataLoss": False}})
+    p = Pipeline(lenient, spark)
+    metrics = attach(p, serve=False)
+    try:
+        p.run(timeout_s=180)
+        counted = metrics.registry.get_sample_value(
+            "ingest_data_loss_records_total", {"topic": topic}
+        )
+    finally:
+        metrics.stop()
+    assert counted == lost_to - committed
+    want = produced(r1, r2)
+    for o in range(committed, lost_to):
+        del want[(topic, 0, o)]
+    assert coords(p) == want  # everything Kafka still had, once
+    table = p.sinks.main.table()
+    assert table is not None
+    recorded = [
+        json.loads(s.summary.additional_properties[DATA_LOSS_KEY])
+        for s in table.snapshots()
+        if s.summary is not None and DATA_LOSS_KEY in s.summary.additional_properties
+    ]
+    assert recorded == [{topic: {"0": [committed, lost_to]}}], recorded

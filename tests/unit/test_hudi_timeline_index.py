@@ -1,0 +1,49 @@
+"""The indexed Hudi timeline (``pipeline.hudi.table._Timeline``) answers exactly what a
+full parse of the same ``.hoodie`` listing answers, across random additions and
+deletions of instant files (and non-instant entries)."""
+
+from __future__ import annotations
+
+import random
+
+from pipeline.hudi.table import HudiInstant, _parse_instant, _Timeline
+
+
+def _full_parse(names: list[str]) -> tuple[list[HudiInstant], list[str], list[str], str | None]:
+    instants = sorted(i for i in map(_parse_instant, names) if i is not None)
+    commits = [i for i in instants if i.action == "commit"]
+    completed = {i.time for i in commits if i.state == "completed"}
+    pending = sorted({i.time for i in commits} - completed)
+    latest = max((i.time for i in instants), default=None)
+    return instants, sorted(completed, reverse=True), pending, latest
+
+
+def test_incremental_index_matches_a_full_parse() -> None:
+    rng = random.Random(7)
+    timeline, present = _Timeline(), set[str]()
+    for _ in range(2000):
+        ts = f"20240101{rng.randrange(24):02d}{rng.randrange(60):02d}00"
+        name = rng.choice(
+            [
+                f"{ts}.commit",
+                f"{ts}.inflight",
+                f"{ts}.commit.requested",
+                f"{ts}.clean",
+                f"{ts}.clean.requested",
+                "hoodie.properties",
+                "archived",
+            ]
+        )
+        if rng.random() < 0.6:
+            present.add(name)
+        else:
+            present.discard(name)
+        listing = list(present)
+        rng.shuffle(listing)
+        timeline.update(listing)
+        instants, completed_desc, pending, latest = _full_parse(listing)
+        assert timeline.instants() == instants
+        assert timeline.completed[::-1] == completed_desc
+        assert sorted(timeline.pending) == pending
+        assert timeline.latest() == latest
+    assert present  # the walk ended with a non-trivial timeline

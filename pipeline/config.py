@@ -134,8 +134,9 @@ class SinkConfig(_Model):
     dead_letter_table: str | None = None
     table_properties: dict[str, str] = Field(default_factory=dict)
     target_file_size_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
-    # Iceberg: snapshots of main kept; older ones are expired (metadata only) so commit
-    # latency stays flat. Dedupe sees only these; older replays hit the overlap check.
+    # Commits of history kept (Iceberg: snapshots of main, older ones expired, metadata
+    # only; Hudi: completed commits on the active timeline) so commit latency stays flat.
+    # Dedupe sees only these; older replays hit the overlap check.
     max_snapshots: int = Field(default=100, ge=10, le=100_000)
 
     @property

@@ -103,6 +103,12 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     (ov,) = report["exactly_once_overhead"]["by_format"]
     assert _positive(ov["eo_median"]) and _positive(ov["alo_median"])
     assert ov["overhead"] == pytest.approx(1 - ov["eo_median"] / ov["alo_median"], abs=1e-3)
+    att = ov["attributed"]  # the protocol's own steps, timed inside the EO run
+    assert _positive(att["request_s"]) and _positive(att["precommit_s"])
+    assert _positive(att["batch_s"]) and 0 < att["overhead"] < 1
+    assert att["protocol_s_per_batch"] == pytest.approx(
+        att["request_s"] + att["precommit_s"] + att["extra_commit_s"], abs=1e-3
+    )
 
     lat = report["commit_latency"]["iceberg"]
     for phase in ("precommit", "commit"):

@@ -394,6 +394,71 @@ def test_files_of_pending_and_rolled_back_instants_are_never_returned(tmp_path: 
     assert (base / kept).exists()
 
 
+def test_old_commits_leave_the_timeline_and_their_ranges_are_carried_forward(
+    tmp_path: Path,
+) -> None:
+    from pipeline.commit.history import RANGES_BEFORE_KEY
+    from pipeline.ops.verify.ranges import CommitRanges, plan_partitions, range_issues
+    from pipeline.ops.verify.tables import HudiSource
+
+    base = tmp_path / "events"
+    c = HudiCommitter(HudiTable(make_spec(base)), max_commits=10, trim_every=5)
+    times = [commit_range(c, b, b * 3, b * 3 + 3) for b in range(30)]
+    active = completed(base)  # as hudi-rs sees the timeline
+    assert 10 <= len(active) < 10 + 5 and active[-1] == times[-1]
+    assert len([n for n in os.listdir(base / ".hoodie") if n[:1].isdigit()]) == 3 * len(active)
+    # the data files of trimmed commits stay, and hudi-rs still reads every row once
+    assert coords(read(base)) == expected(T0, 0, 90)
+    # the oldest retained commit carries what the trimmed ones recorded
+    oldest = c.hudi.extra_metadata(active[0])
+    start = int(oldest["ingest.batch-id"]) * 3
+    assert oldest[RANGES_BEFORE_KEY] == f'{{"t":{{"0":[[0,{start}]]}}}}'
+    assert c.hudi.extra_metadata(times[-1])[RANGES_BEFORE_KEY] == '{"t":{"0":[[0,87]]}}'
+    # dedupe and fencing work on the bounded timeline; trimmed files are committed files
+    assert c.is_committed(PIPE, INC, 29)
+    trimmed_file = next(f for f in base_files(base) if f.split("_")[-1][:17] == times[0])
+    assert c.delete_files([str(base / trimmed_file)]) == []
+    c.fence(PIPE, 2)
+    with pytest.raises(FencedError):
+        commit_range(c, 30, 90, 93, epoch=1)
+    # the verifier sees every committed offset once: no gap, no overlap
+    commits = [
+        x for i, m in HudiSource(str(base)).commits() if (x := CommitRanges.from_metadata(i, m))
+    ]
+    assert range_issues(commits) == []
+    assert plan_partitions(commits)[T0].expected == [(0, 90)]
+
+
+def test_trimming_stops_at_a_pending_instant_and_deletes_debris_first(tmp_path: Path) -> None:
+    base = tmp_path / "events"
+    c = HudiCommitter(HudiTable(make_spec(base)), max_commits=10, trim_every=5)
+    commit_range(c, 0, 0, 3)
+    # debris: files staged for an instant that has no instant files (a zombie's staging
+    # after its instant was rolled back); invisible while the timeline starts before it
+    ghost = next_instant_time(c.hudi.latest_instant_time())
+    c.begin(ghost)
+    debris = stage(c, f"{ghost}-{TAG}", rows(T0, 500, 503), seed=77)
+    for name in os.listdir(base / ".hoodie"):
+        if name.startswith(ghost):
+            os.unlink(base / ".hoodie" / name)
+    assert coords(read(base)) == expected(T0, 0, 3)
+    for b in range(1, 15):
+        commit_range(c, b, b * 3, b * 3 + 3)
+    # a pending instant with staged files stops trimming at its time
+    pending = next_instant_time(c.hudi.latest_instant_time())
+    c.begin(pending)
+    stage(c, f"{pending}-{TAG}", rows(T0, 45, 48), seed=88)
+    for b in range(15, 40):
+        commit_range(c, b, b * 3, b * 3 + 3, tp=T1)
+    through = c.hudi.trimmed_through()
+    assert through is not None and ghost < through < pending  # never past the pending one
+    assert len(completed(base)) == 25  # the 25 commits after it: none could go
+    assert {i.state for i in c.hudi.instants() if i.time == pending} == {"requested", "inflight"}
+    assert all(not (base / json.loads(d)["path"]).exists() for d in debris)
+    got = coords(read(base))
+    assert got == expected(T0, 0, 45) + expected(T1, 45, 120)  # no debris, no pending rows
+
+
 def test_failed_first_run_leaves_no_table_and_no_visible_orphans(tmp_path: Path) -> None:
     base = tmp_path / "events"
     c = HudiCommitter(HudiTable(make_spec(base)))

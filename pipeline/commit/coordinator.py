@@ -494,6 +494,7 @@ class Coordinator:
         outcome.timings.update(
             {
                 "recovery": t_rec - t0,
+                "request": t1 - t_rec,  # dedupe + overlap checks, REQUESTED, begin
                 "write": t2 - t1,
                 "precommit": t3 - t2,
                 "commit": outcome.timings.get("commit", 0.0),

@@ -103,8 +103,8 @@ class HudiSinks:
             dl_base, dl_database, dl_name, dead_letter_schema(), KAFKA_KEY_FIELDS, ()
         )
         data_schema = Schema(*[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES])
-        main_committer = HudiCommitter(HudiTable(main))
-        dead_committer = HudiCommitter(HudiTable(dead))
+        main_committer = HudiCommitter(HudiTable(main), max_commits=sink.max_snapshots)
+        dead_committer = HudiCommitter(HudiTable(dead), max_commits=sink.max_snapshots)
         # the coordinator commits dead letters first, then the main table: a main commit
         # of T ends the dead-letter table's T when it had no dead letters
         main_committer.followers.append(dead_committer)

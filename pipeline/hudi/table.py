@@ -24,6 +24,21 @@ instant files are gone is visible again when it is older than the first commit. 
 ``.rollback`` instant is written (Avro-only in Hudi; readers never consult it); the
 journal's ROLLED_BACK entry lists the deleted files.
 
+Bounded timeline (so commit latency stays flat; :mod:`pipeline.commit.history`): every
+commit carries ``ingest.ranges-before`` / ``ingest.data-loss-before`` in its
+``extraMetadata``; every ``trim_every`` commits, the completed commits beyond the newest
+``max_commits`` leave the active timeline -- their instant files are deleted, oldest
+first, ``.commit.requested`` and ``.inflight`` before ``.commit`` (a crash leaves only
+completed instants). Their data files stay and stay visible: Hudi readers treat files older
+than the first active instant as committed (HUDI_FORMAT.md, checked with hudi-rs in the
+tests). No Avro archive is written, so time travel and incremental reads reach back
+only to the oldest retained commit. Never trimmed: anything at or after the oldest pending
+or non-commit instant; commits of a pipeline whose oldest retained commit lacks the
+carried keys. Before the timeline start moves past an instant time, files of instants
+there that never completed (markers without a completed commit: a zombie's staging after
+a rollback) are deleted -- they would become visible. ``.ingest/trimmed`` records the
+newest trimmed time first, so files of a trimmed commit are never mistaken for debris.
+
 Fencing: :meth:`HudiCommitter.fence` writes ``.ingest/fence/<pipeline>`` (the epoch) under
 the lock; commits read it under the same lock, so a zombie's commit either completed
 before the fence (and the new owner's recovery sees it) or is refused after it. The fence
@@ -46,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.commit.coordinator import Checkpoint
+from pipeline.commit.history import carry_forward, forgettable
 from pipeline.commit.instant import next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.errors import CommitError, ConfigError, FencedError
@@ -86,6 +102,7 @@ __all__ = ["HudiCommitter", "HudiInstant", "HudiTable"]
 
 SCHEMA_KEY = "schema"  # extraMetadata key of the Avro schema (Hudi's own)
 _MAX_SCAN = 1000  # completed commits searched for a pipeline's checkpoint / a batch
+TRIMMED_RECORD = "trimmed"  # .hoodie/.ingest/trimmed: the newest trimmed instant time
 
 
 @dataclass(frozen=True, order=True)
@@ -389,6 +406,8 @@ class HudiTable:
             except FileNotFoundError:
                 continue
             for name in names:
+                if ts not in name:  # cheap pre-filter: partitions hold every commit's files
+                    continue
                 m = BASE_FILE.match(name)
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 if (
@@ -409,6 +428,64 @@ class HudiTable:
                 ", ".join(deleted[:5]),
             )
         return deleted
+
+    # -- bounded timeline (the caller holds the lock) -----------------------------------------
+
+    def trimmed_through(self) -> str | None:
+        """The newest instant time trimmed off the active timeline (None: none)."""
+        try:
+            with open(TablePaths.own(self.paths.meta, TRIMMED_RECORD), "rb") as f:
+                text = f.read().decode().strip()
+        except FileNotFoundError:
+            return None
+        return text or None
+
+    def trim_limit(self) -> str | None:
+        """Instants at or after this time are never trimmed: the oldest pending commit or
+        instant of another action (None: no such instant)."""
+        timeline = self._timeline()
+        others = [i.time for i in timeline.instants() if i.action != "commit"]
+        stops = [*timeline.pending, *others]
+        return min(stops) if stops else None
+
+    def trim(self, meta: str, times: Sequence[str]) -> None:
+        """Remove completed commits ``times`` from the active timeline (see the module
+        docstring for the order and what is kept)."""
+        if not times:
+            return
+        through = max(times)
+        self._delete_debris(meta, through)
+        write_file(
+            TablePaths.own(meta, TRIMMED_RECORD),
+            through.encode(),
+            tmp_dir=self.tmp_dir(meta),
+            exclusive=False,
+        )
+        for ts in sorted(times):
+            for name in (requested_name(ts), inflight_name(ts), commit_name(ts)):
+                remove(os.path.join(meta, name))
+            self._metadata.pop(ts, None)
+        fsync_dir(meta)
+
+    def _delete_debris(self, meta: str, through: str) -> None:
+        """Files of instants up to ``through`` that never completed, found by their
+        markers; they would turn visible once the timeline starts after them."""
+        completed = set(self._timeline().completed)
+        root = os.path.join(meta, MARKERS_DIR)
+        try:
+            marked = [ts for ts in os.listdir(root) if ts <= through and ts not in completed]
+        except FileNotFoundError:
+            return
+        for ts in marked:
+            marker_root = os.path.join(root, ts)
+            for dirpath, _dirs, files in os.walk(marker_root):
+                rel_dir = os.path.relpath(dirpath, marker_root)
+                for marker in files:
+                    name = marker.removesuffix(".marker.CREATE")
+                    path = os.path.join(self.base, "" if rel_dir == "." else rel_dir, name)
+                    if remove(path):
+                        log.warning("deleted %s: staged by instant %s, never committed", path, ts)
+            shutil.rmtree(marker_root, ignore_errors=True)
 
     def data_files(self) -> Iterator[tuple[str, str]]:
         """``(relative dir, file name)`` of every base file (dot-directories skipped)."""
@@ -491,8 +568,10 @@ def commit_metadata_json(
 class HudiCommitter:
     """A Hudi table as the coordinator's commit target (``TableCommitter`` protocol)."""
 
-    def __init__(self, table: HudiTable) -> None:
+    def __init__(self, table: HudiTable, max_commits: int = 100, trim_every: int = 10) -> None:
         self.hudi = table
+        self.max_commits = max(2, max_commits)
+        self.trim_every = max(1, trim_every)
         # Tables this one's commits follow (the dead-letter table of the same batches):
         # when T commits here, their pending T that staged nothing is discarded.
         self.followers: list[HudiCommitter] = []
@@ -646,7 +725,10 @@ class HudiCommitter:
             return None
 
     def _completed(self, ts: str) -> bool:
-        return os.path.exists(os.path.join(self.hudi.paths.meta, commit_name(ts)))
+        if os.path.exists(os.path.join(self.hudi.paths.meta, commit_name(ts))):
+            return True
+        trimmed = self.hudi.trimmed_through()
+        return trimmed is not None and ts <= trimmed  # trimmed off the timeline, committed
 
     def delete_files(self, paths: Iterable[str]) -> list[str]:
         deleted = []
@@ -777,9 +859,15 @@ class HudiCommitter:
             self.hudi.sweep_strays(meta, ts, tag, keep)
             for partition in sorted({str(d["partitionPath"]) for d in descs}):
                 self.hudi.ensure_partition_metadata(partition, ts)
-            metadata = commit_metadata_json(descs, self.spec.avro_schema, cp.to_summary())
+            extra = cp.to_summary()
+            if exists:
+                extra.update(carry_forward(self._summaries(), cp.pipeline_id))
+            else:
+                extra.update(carry_forward((), cp.pipeline_id))
+            metadata = commit_metadata_json(descs, self.spec.avro_schema, extra)
             if exists:
                 self.hudi.complete(meta, ts, metadata)
+                self._maybe_trim(meta)
             else:
                 self.hudi.create(meta, ts, metadata)
         for follower in self.followers:
@@ -796,6 +884,32 @@ class HudiCommitter:
 
     def _mint(self) -> str:
         return next_instant_time(self.hudi.latest_instant_time())
+
+    # -- bounded timeline ------------------------------------------------------------------
+
+    def _summaries(self) -> Iterator[dict[str, str]]:
+        """``extraMetadata`` of the completed commits, newest first."""
+        for ts in self.hudi.completed_commits():
+            with contextlib.suppress(FileNotFoundError):
+                yield self.hudi.extra_metadata(ts)
+
+    def _maybe_trim(self, meta: str) -> None:
+        """Every ``trim_every`` commits beyond ``max_commits``: trim the oldest completed
+        commits (see the module docstring). Never fails the batch, which is committed."""
+        completed = self.hudi.completed_commits()
+        if len(completed) < self.max_commits + self.trim_every:
+            return
+        try:
+            limit = self.hudi.trim_limit()
+            commits = [(ts, self.hudi.extra_metadata(ts)) for ts in completed]
+            old = [
+                ts for ts in forgettable(commits, self.max_commits) if limit is None or ts < limit
+            ]
+            if old:
+                self.hudi.trim(meta, old)
+                log.info("%s: %d old commits left the active timeline", self.hudi.base, len(old))
+        except Exception as e:  # housekeeping: retried after more commits
+            log.warning("%s: timeline trim failed, retried later: %s", self.hudi.base, e)
 
     # -- workers -------------------------------------------------------------------------
 

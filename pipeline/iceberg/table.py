@@ -45,8 +45,12 @@ history: a replay of a batch older than that is caught by the coordinator's over
 (its offsets are below the committed offsets), not appended twice.
 
 Reads: the read-only checks of one batch (epoch, committed offsets, is_committed, write
-context) share one load for up to ``read_cache_s``; the commit itself always reloads the
-head, and every commit/fence/expiry drops the shared view.
+context) and the commit share one view of the table for up to ``read_cache_s``: the last
+load, or the metadata the catalog returned for our own last append (so back-to-back
+batches load the metadata once per commit, inside the catalog's commit, not three
+times). A stale view is harmless: the append carries "main is still at this head", the
+catalog refuses it otherwise, and the retry reloads. A failed attempt, a fence, an expiry
+or a table creation drops the view.
 """
 
 from __future__ import annotations
@@ -89,6 +93,21 @@ from tenacity import (
     wait_random,
 )
 
+from pipeline.commit.history import (
+    DATA_LOSS_BEFORE_KEY,
+    DATA_LOSS_KEY,
+    PIPELINE_ID_KEY,
+    RANGES_BEFORE_KEY,
+    RANGES_KEY,
+    carry_forward,
+    forgettable,
+)
+from pipeline.commit.history import (
+    parse_nested as _parse_nested,
+)
+from pipeline.commit.history import (
+    parse_ranges as _parse_ranges,
+)
 from pipeline.errors import (
     CatalogUnavailableError,
     CommitError,
@@ -122,24 +141,19 @@ __all__ = [
 ]
 
 # Snapshot summary keys of the consumption checkpoint (DESIGN invariant 2).
-PIPELINE_ID_KEY = "ingest.pipeline-id"
 INCARNATION_KEY = "ingest.incarnation"
 BATCH_ID_KEY = "ingest.batch-id"
 EPOCH_KEY = "ingest.epoch"
-RANGES_KEY = "ingest.ranges"  # {"topic": {"partition": [start, end]}} of this commit
 COMMITTED_OFFSETS_KEY = "ingest.committed-offsets"  # {"topic": {"partition": next_offset}}
 RECORDS_KEY = "ingest.records"
-DATA_LOSS_KEY = "ingest.data-loss"  # optional, {"topic": {"partition": [start, end]}} skipped
 DEAD_LETTER_RECORDS_KEY = "ingest.dead-letter-records"  # optional
 INSTANT_KEY = "ingest.instant"  # optional: the journal instant this commit completed
 # optional: the batch's planned end offsets (Spark's offset log entry). Part of the batch
 # identity: a restored older checkpoint reuses batch ids for different ranges.
 BATCH_END_KEY = "ingest.batch-end"
 FENCE_KEY = "ingest.fence"  # "true" on the empty snapshot of IcebergTableSink.fence()
-# {"topic": {"partition": [[start, end], ...]}}: merged ranges (data loss) this pipeline
-# committed before this snapshot; survives the expiry of the snapshots that recorded them.
-RANGES_BEFORE_KEY = "ingest.ranges-before"
-DATA_LOSS_BEFORE_KEY = "ingest.data-loss-before"
+# PIPELINE_ID_KEY, RANGES_KEY, DATA_LOSS_KEY, RANGES_BEFORE_KEY, DATA_LOSS_BEFORE_KEY:
+# pipeline.commit.history (shared with the Hudi sink's bounded timeline).
 
 #: Properties every table created here gets (user properties win, except retries).
 DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
@@ -224,26 +238,6 @@ def _offsets_json(offsets: Mapping[TopicPartition, int]) -> str:
     for (topic, partition), offset in sorted(offsets.items()):
         nested.setdefault(topic, {})[str(partition)] = int(offset)
     return json.dumps(nested, separators=(",", ":"), sort_keys=True)
-
-
-def _parse_nested(text: str, key: str) -> Iterator[tuple[TopicPartition, Any]]:
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{key} is not a JSON object")
-    for topic, partitions in data.items():
-        if not isinstance(partitions, dict):
-            raise ValueError(f"{key}[{topic!r}] is not a JSON object")
-        for partition, value in partitions.items():
-            yield TopicPartition(str(topic), int(partition)), value
-
-
-def _parse_ranges(text: str, key: str) -> dict[TopicPartition, tuple[int, int]]:
-    out: dict[TopicPartition, tuple[int, int]] = {}
-    for tp, value in _parse_nested(text, key):
-        if not isinstance(value, list) or len(value) != 2:
-            raise ValueError(f"{key}: {tp} is not [start, end]")
-        out[tp] = (int(value[0]), int(value[1]))
-    return out
 
 
 def _parse_offsets(text: str, key: str) -> dict[TopicPartition, int]:
@@ -337,44 +331,6 @@ class CommitCheckpoint:
 
 def _summary_of(snapshot: Snapshot) -> Mapping[str, str]:
     return snapshot.summary.additional_properties if snapshot.summary is not None else {}
-
-
-Intervals = dict[TopicPartition, list[tuple[int, int]]]
-
-
-def _merge_into(acc: Intervals, tp: TopicPartition, spans: list[tuple[int, int]]) -> None:
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(acc.get(tp, []) + [s for s in spans if s[1] > s[0]]):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    if merged:
-        acc[tp] = merged
-
-
-def _intervals_json(intervals: Intervals) -> str:
-    nested: dict[str, dict[str, list[list[int]]]] = {}
-    for (topic, partition), spans in sorted(intervals.items()):
-        nested.setdefault(topic, {})[str(partition)] = [[int(s), int(e)] for s, e in spans]
-    return json.dumps(nested, separators=(",", ":"), sort_keys=True)
-
-
-def _parse_intervals(text: str, key: str) -> Intervals:
-    out: Intervals = {}
-    for tp, value in _parse_nested(text, key):
-        if not isinstance(value, list):
-            raise ValueError(f"{key}: {tp} is not a list of [start, end]")
-        _merge_into(out, tp, [(int(s), int(e)) for s, e in value])
-    return out
-
-
-def _add_commit(ranges: Intervals, lost: Intervals, summary: Mapping[str, str]) -> None:
-    """Fold one commit's own ``ingest.ranges`` / ``ingest.data-loss`` into the totals."""
-    for tp, span in _parse_ranges(summary.get(RANGES_KEY) or "{}", RANGES_KEY).items():
-        _merge_into(ranges, tp, [span])
-    for tp, span in _parse_ranges(summary.get(DATA_LOSS_KEY) or "{}", DATA_LOSS_KEY).items():
-        _merge_into(lost, tp, [span])
 
 
 # ---------------------------------------------------------------------------------------
@@ -739,8 +695,9 @@ class IcebergTableSink:
             snapshot_id = self._with_retries(
                 what, lambda: self._commit_once(files, checkpoint, summary, precondition)
             )
-        finally:
+        except BaseException:
             self._forget_read_view()
+            raise
         self._maybe_expire()
         log.info(
             "%s: %d files, %d records in %s as snapshot %d (%.3fs)",
@@ -922,84 +879,60 @@ class IcebergTableSink:
         summary: dict[str, str],
         precondition: Callable[[CommitCheckpoint | None], None] | None,
     ) -> int:
-        table = self.load()
-        if table is None:
-            self._check_fence(None, checkpoint, precondition)
-            return self._create_with_first_commit(files, {**summary, **_NOTHING_BEFORE})
-        done = self._find_batch(
-            table,
-            checkpoint.pipeline_id,
-            checkpoint.incarnation,
-            checkpoint.batch_id,
-            checkpoint.batch_end,
-        )
-        if done is not None:
-            log.info(
-                "batch %s (%s) of %s is already in %s (snapshot %d): not appended again",
-                checkpoint.batch_id,
-                checkpoint.incarnation,
+        # A view under read_cache_s old (the batch's checks, or our previous commit's
+        # result) is as good a base as a fresh load: the catalog refuses the append
+        # unless main is still at the view's head, and the retry then reloads.
+        table = self._load_for_read()
+        try:
+            if table is None:
+                self._check_fence(None, checkpoint, precondition)
+                return self._create_with_first_commit(files, {**summary, **_NOTHING_BEFORE})
+            done = self._find_batch(
+                table,
                 checkpoint.pipeline_id,
-                self.name,
-                done.snapshot_id,
+                checkpoint.incarnation,
+                checkpoint.batch_id,
+                checkpoint.batch_end,
             )
-            return done.snapshot_id
-        self._check_fence(self._latest(table, checkpoint.pipeline_id), checkpoint, precondition)
-        self._check_files(table, files)
-        self._snapshots_at_commit = len(table.metadata.snapshots) + 1
-        carried = self._carried_forward(table, checkpoint.pipeline_id)
-        return self._append(table, files, {**summary, **carried})
+            if done is not None:
+                log.info(
+                    "batch %s (%s) of %s is already in %s (snapshot %d): not appended again",
+                    checkpoint.batch_id,
+                    checkpoint.incarnation,
+                    checkpoint.pipeline_id,
+                    self.name,
+                    done.snapshot_id,
+                )
+                return done.snapshot_id
+            self._check_fence(self._latest(table, checkpoint.pipeline_id), checkpoint, precondition)
+            self._check_files(table, files)
+            self._snapshots_at_commit = len(table.metadata.snapshots) + 1
+            carried = self._carried_forward(table, checkpoint.pipeline_id)
+            return self._append(table, files, {**summary, **carried})
+        except BaseException:
+            self._forget_read_view()
+            raise
 
     # -- bounded history -----------------------------------------------------------------
 
     def _carried_forward(self, table: Table, pipeline_id: str) -> dict[str, str]:
         """``ingest.ranges-before`` / ``ingest.data-loss-before`` for the next commit of
-        ``pipeline_id`` on ``table``'s head: the previous commit's carried-forward
-        intervals plus its own ranges. A previous commit without them (written before
-        they existed) makes us fold the whole retained ancestry once."""
-        ranges: Intervals = {}
-        lost: Intervals = {}
-        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-            summary = _summary_of(snapshot)
-            if summary.get(PIPELINE_ID_KEY) != pipeline_id:
-                continue
-            _add_commit(ranges, lost, summary)
-            if RANGES_BEFORE_KEY in summary:
-                for tp, spans in _parse_intervals(
-                    summary[RANGES_BEFORE_KEY], RANGES_BEFORE_KEY
-                ).items():
-                    _merge_into(ranges, tp, spans)
-                for tp, spans in _parse_intervals(
-                    summary.get(DATA_LOSS_BEFORE_KEY) or "{}", DATA_LOSS_BEFORE_KEY
-                ).items():
-                    _merge_into(lost, tp, spans)
-                break
-        return {
-            RANGES_BEFORE_KEY: _intervals_json(ranges),
-            DATA_LOSS_BEFORE_KEY: _intervals_json(lost),
-        }
+        ``pipeline_id`` on ``table``'s head (:func:`pipeline.commit.history.carry_forward`)."""
+        ancestry = ancestors_of(table.current_snapshot(), table.metadata)
+        return carry_forward((_summary_of(s) for s in ancestry), pipeline_id)
 
     def _expirable(self, table: Table) -> list[int]:
-        """Main's ancestors beyond the newest ``max_snapshots``; empty unless, for every
-        pipeline with commits among them, the oldest retained commit carries forward what
-        they recorded."""
-        ancestry = list(ancestors_of(table.current_snapshot(), table.metadata))
-        kept, old = ancestry[: self.max_snapshots], ancestry[self.max_snapshots :]
-        if not old:
-            return []
-        oldest_kept: dict[str, Mapping[str, str]] = {}
-        for snapshot in kept:  # newest first: the last one seen per pipeline is the oldest
-            summary = _summary_of(snapshot)
-            if PIPELINE_ID_KEY in summary:
-                oldest_kept[summary[PIPELINE_ID_KEY]] = summary
-        for snapshot in old:
-            pipeline_id = _summary_of(snapshot).get(PIPELINE_ID_KEY)
-            if pipeline_id is None:
-                continue
-            carrier = oldest_kept.get(pipeline_id)
-            if carrier is None or RANGES_BEFORE_KEY not in carrier:
-                log.debug("%s: history of %r not carried forward yet", self.name, pipeline_id)
-                return []
-        return [s.snapshot_id for s in old]
+        """Main's ancestors beyond the newest ``max_snapshots``, when every pipeline with
+        commits among them carries their ranges forward
+        (:func:`pipeline.commit.history.forgettable`)."""
+        ancestry = [
+            (str(s.snapshot_id), _summary_of(s))
+            for s in ancestors_of(table.current_snapshot(), table.metadata)
+        ]
+        old = forgettable(ancestry, self.max_snapshots)
+        if not old and len(ancestry) > self.max_snapshots:
+            log.debug("%s: history not carried forward yet: nothing expired", self.name)
+        return [int(i) for i in old]
 
     def _maybe_expire(self) -> None:
         """Expire old snapshots every ``expire_every`` commits (metadata only). Never fails
@@ -1028,7 +961,10 @@ class IcebergTableSink:
             for f in files:
                 append.append_data_file(f)
             snapshot_id = append.snapshot_id
-        txn.commit_transaction()
+        # the view now holds the catalog's metadata as our commit left it: the next
+        # batch's checks (and commit) start from it instead of loading again
+        committed = txn.commit_transaction()
+        self._read_view = (time.monotonic(), committed)
         return snapshot_id
 
     def _create_with_first_commit(self, files: list[DataFile], summary: dict[str, str]) -> int:
@@ -1046,5 +982,6 @@ class IcebergTableSink:
                 append.append_data_file(f)
             snapshot_id = append.snapshot_id
         txn.commit_transaction()
+        self._forget_read_view()
         log.info("created table %s at %s with its first commit", self.name, location)
         return snapshot_id

@@ -116,7 +116,7 @@ COMMITTING_OUTCOMES = frozenset({"committed", "recommitted"})
 #: Outcomes that complete a Spark micro-batch (``ingest_batches_total``).
 BATCH_OUTCOMES = frozenset({"committed", "recommitted", "replay_skipped"})
 #: Values of ``ingest_phase_duration_seconds{phase}`` (anything else is dropped).
-PHASES: tuple[str, ...] = ("write", "precommit", "commit", "recovery")
+PHASES: tuple[str, ...] = ("request", "write", "precommit", "commit", "recovery")
 #: Label value standing in for topics / partitions beyond the cardinality caps.
 OTHER = "_other"
 

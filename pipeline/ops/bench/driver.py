@@ -92,17 +92,23 @@ class RunResult:
     peak_rss_by_role: dict[str, int] = field(default_factory=dict)
     bench_process_cpu_seconds: float = 0.0  # the bench process (embedded broker) meanwhile
     cpu_series: list[tuple[float, float]] = field(default_factory=list)
+    # (epoch time, cumulative CPU seconds per role: driver, jvm, workers)
+    cpu_role_series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
     def cpu_at(self, t: float) -> float:
         """CPU seconds used by the tree up to epoch time ``t`` (linear between samples)."""
-        prev = (self.started, 0.0)
-        for cur in self.cpu_series:
-            if cur[0] >= t:
-                span = cur[0] - prev[0]
-                frac = (t - prev[0]) / span if span > 0 else 1.0
-                return prev[1] + (cur[1] - prev[1]) * max(0.0, min(1.0, frac))
-            prev = cur
-        return prev[1]
+        return _interpolate(self.started, self.cpu_series, t)
+
+    def cpu_by_role(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds each role used between epoch times ``t0`` and ``t1``."""
+        roles = {r for _, d in self.cpu_role_series for r in d}
+        out = {}
+        for role in sorted(roles):
+            series = [(t, d.get(role, 0.0)) for t, d in self.cpu_role_series]
+            out[role] = _interpolate(self.started, series, t1) - _interpolate(
+                self.started, series, t0
+            )
+        return out
 
     @property
     def wall_seconds(self) -> float:
@@ -115,6 +121,18 @@ class RunResult:
     @property
     def records(self) -> int:
         return sum(b.records for b in self.committed)
+
+
+def _interpolate(start: float, series: list[tuple[float, float]], t: float) -> float:
+    """The cumulative value of ``series`` at time ``t`` (0 at ``start``; linear)."""
+    prev = (start, 0.0)
+    for cur in series:
+        if cur[0] >= t:
+            span = cur[0] - prev[0]
+            frac = (t - prev[0]) / span if span > 0 else 1.0
+            return prev[1] + (cur[1] - prev[1]) * max(0.0, min(1.0, frac))
+        prev = cur
+    return prev[1]
 
 
 def write_config(path: Path, cfg: dict[str, Any]) -> Path:
@@ -150,6 +168,8 @@ class DriverRun:
         self._peak_rss = 0
         self._peak_roles: dict[str, int] = {}
         self._series: list[tuple[float, float]] = []
+        self._pid_role: dict[int, str] = {}
+        self._role_series: list[tuple[float, dict[str, float]]] = []
         self._read_pos = 0
         self._partial = b""
         self._lock = threading.Lock()
@@ -185,11 +205,18 @@ class DriverRun:
                 roles[role] = roles.get(role, 0) + mem
                 with self._lock:
                     self._cpu[p.pid] = max(self._cpu.get(p.pid, 0.0), t.user + t.system)
+                    self._pid_role[p.pid] = role
         with self._lock:
             self._peak_rss = max(self._peak_rss, rss)
             for role, mem in roles.items():
                 self._peak_roles[role] = max(self._peak_roles.get(role, 0), mem)
-            self._series.append((time.time(), sum(self._cpu.values())))
+            now = time.time()
+            self._series.append((now, sum(self._cpu.values())))
+            by_role: dict[str, float] = {}
+            for pid, cpu in self._cpu.items():
+                role = self._pid_role.get(pid, "workers")
+                by_role[role] = by_role.get(role, 0.0) + cpu
+            self._role_series.append((now, by_role))
 
     def _sample_loop(self) -> None:
         while not self._stop.is_set():
@@ -301,6 +328,7 @@ class DriverRun:
                 stderr_path=str(self.err_path),
                 peak_rss_by_role=dict(self._peak_roles),
                 cpu_series=list(self._series),
+                cpu_role_series=list(self._role_series),
             )
 
     def tail(self, chars: int = 1500) -> str:

@@ -211,7 +211,7 @@ class HudiSource:
     def at_most(self, committed: Mapping[TopicPartition, int]) -> HudiSource:
         from pipeline.ops.verify.ranges import COMMITTED_KEY, parse_offsets
 
-        for instant, meta in self.commits():
+        for instant, meta in self._own_commits():
             text = meta.get(COMMITTED_KEY)
             if text and any(off > committed.get(tp, -1) for tp, off in parse_offsets(text).items()):
                 continue
@@ -223,12 +223,18 @@ class HudiSource:
     def column_names(self) -> list[str]:
         return list(self._table.get_schema().names)
 
-    def commits(self) -> list[tuple[str, Mapping[str, Any]]]:
+    def _own_commits(self) -> list[tuple[str, Mapping[str, Any]]]:
         out: list[tuple[str, Mapping[str, Any]]] = []
         for instant in self._instants:
             doc = json.loads(self._timeline.get_instant_metadata_in_json(instant))
             out.append((instant.timestamp, dict(doc.get("extraMetadata") or {})))
         return out
+
+    def commits(self) -> list[tuple[str, Mapping[str, Any]]]:
+        from pipeline.ops.verify.ranges import expired_history
+
+        own = self._own_commits()
+        return [*own, *expired_history(own)]  # commits trimmed off the active timeline
 
     def _options(self, filters: list[tuple[str, str, str]], projection: list[str] | None) -> Any:
         import hudi

@@ -136,8 +136,10 @@ class SinkConfig(_Model):
     target_file_size_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
     # Commits of history kept (Iceberg: snapshots of main, older ones expired, metadata
     # only; Hudi: completed commits on the active timeline) so commit latency stays flat.
-    # Dedupe sees only these; older replays hit the overlap check.
-    max_snapshots: int = Field(default=100, ge=10, le=100_000)
+    # Dedupe sees only these; older replays hit the overlap check. Each retained Iceberg
+    # snapshot costs every commit ~0.25 ms (pyiceberg re-reads, deep-copies and rewrites
+    # the whole metadata): 30 kept measured 1.3x of a new table's commit, 100 kept 1.6x.
+    max_snapshots: int = Field(default=30, ge=10, le=100_000)
 
     @property
     def dead_letter_identifier(self) -> str:

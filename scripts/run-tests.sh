@@ -20,7 +20,7 @@ if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi
 echo "== pytest (default suite)"
-python -m pytest
+python -m pytest --durations=15
 # Slow drills (PostgreSQL crash chain, image build, long Hudi chain): part of the full
 # run; skip them locally with INGEST_SKIP_SLOW=1.
 if [ -z "${INGEST_SKIP_SLOW:-}" ]; then

@@ -199,8 +199,12 @@ class InstantTimeline:
         return out
 
     def latest_time(self) -> str | None:
-        entries = self._entries()
-        return max(entries) if entries else None
+        # listed names sort by instant time (fixed 17-digit prefix): the newest valid one
+        for name in reversed(self.store.list("instants")):
+            time, _, suffix = name.rsplit("/", 1)[-1].partition(".")
+            if suffix in _BY_SUFFIX and len(time) == 17 and time.isdigit():
+                return time
+        return None
 
     # -- writing ----------------------------------------------------------------------
     def mint(self) -> str:

@@ -568,7 +568,7 @@ def commit_metadata_json(
 class HudiCommitter:
     """A Hudi table as the coordinator's commit target (``TableCommitter`` protocol)."""
 
-    def __init__(self, table: HudiTable, max_commits: int = 100, trim_every: int = 10) -> None:
+    def __init__(self, table: HudiTable, max_commits: int = 30, trim_every: int = 10) -> None:
         self.hudi = table
         self.max_commits = max(2, max_commits)
         self.trim_every = max(1, trim_every)

@@ -466,7 +466,7 @@ class IcebergTableSink:
         max_commit_attempts: int = 8,
         max_ancestry: int = 1000,
         catalog_retry_s: float = 120.0,
-        max_snapshots: int = 100,
+        max_snapshots: int = 30,
         expire_every: int = 10,
         read_cache_s: float = 1.0,
     ) -> None:

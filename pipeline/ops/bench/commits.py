@@ -10,9 +10,15 @@ purged every 50 batches as ``Pipeline.process_batch`` does.
 Per commit it records the protocol time (everything but staging) and the ``precommit``
 and ``commit`` phases; the report compares window medians (commits 1-20 against
 990-1010 in the full preset) because single commits are noisy. Flat means the late window
-stays within 1.5x of the early one. Staging the same tiny file is the same work every
-time, so its own window ratio is a control: when it also rises, the host got busier, and
-``protocol ratio / staging ratio`` is the load-corrected growth.
+stays within 1.5x of the early one.
+
+Drift control: a host's speed drifts over the minutes between commit 10 and commit 1,000
+(seen here: the same early window measured 28 ms and 37 ms in two runs). So the late
+window is measured *interleaved* with the early window of a second, fresh table of the
+same configuration: aged commit 990, young commit 1, aged 991, young 2, ... -- both see
+the same host. The verdict compares those two windows; the aged table's own commits 1-20
+(measured minutes earlier) are reported too. Staging the same tiny file is the same work
+every time, so its window ratio is a second control.
 """
 
 from __future__ import annotations
@@ -81,62 +87,56 @@ def _decoded_rows(first_offset: int, rows: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
 
 
-def run_commit_series(
-    fmt: str,
-    commits: int,
-    workdir: Path,
-    catalog_uri: str | None = None,
-    on_progress: Callable[[int], None] | None = None,
-) -> CommitSeries:
-    """``commits`` batches into one fresh table of ``fmt``; returns per-commit timings."""
-    from pipeline.app import Pipeline
-    from pipeline.config import parse_config
-    from pipeline.spark.writer import collect_staged, run_task
+class _CommitRunner:
+    """One fresh table of ``fmt`` driven batch by batch through the real coordinator."""
 
-    name = f"commits-{fmt}-{uuid.uuid4().hex[:6]}"
-    raw_cfg: dict[str, Any] = pipeline_config(
-        RunSpec(format=fmt), name, workdir, "127.0.0.1:9", TOPIC
-    )
-    raw_cfg["metrics"] = {"enabled": False}
-    catalog = "sqlite"
-    if catalog_uri is not None:
-        raw_cfg["sink"]["catalog"] = {
-            "name": f"bench_{uuid.uuid4().hex[:8]}",
-            "uri": catalog_uri,
-            "warehouse": str(workdir / "warehouse"),
-        }
-        catalog = "postgresql"
-    if fmt == "hudi":
-        catalog = "hudi timeline"
-    pipe = Pipeline(parse_config(raw_cfg))
-    coordinator = pipe.coordinator
-    coordinator.acquire_epoch(owner="bench")
-    incarnation = str(uuid.uuid4())
-    tp = TopicPartition(TOPIC, 0)
-    series = CommitSeries(fmt, catalog)
-    start: PartitionOffsets | None = None
-    for i in range(commits):
-        first = i * ROWS
-        end = PartitionOffsets({tp: first + ROWS})
-        rows = _decoded_rows(first, ROWS)
+    def __init__(self, fmt: str, workdir: Path, catalog_uri: str | None) -> None:
+        from pipeline.app import Pipeline
+        from pipeline.config import parse_config
+
+        name = f"commits-{fmt}-{uuid.uuid4().hex[:6]}"
+        raw_cfg: dict[str, Any] = pipeline_config(
+            RunSpec(format=fmt), name, workdir, "127.0.0.1:9", TOPIC
+        )
+        raw_cfg["metrics"] = {"enabled": False}
+        self.catalog = "sqlite"
+        if catalog_uri is not None:
+            raw_cfg["sink"]["catalog"] = {
+                "name": f"bench_{uuid.uuid4().hex[:8]}",
+                "uri": catalog_uri,
+                "warehouse": str(workdir / "warehouse"),
+            }
+            self.catalog = "postgresql"
+        if fmt == "hudi":
+            self.catalog = "hudi timeline"
+        self.fmt = fmt
+        self.pipe = Pipeline(parse_config(raw_cfg))
+        self.coordinator = self.pipe.coordinator
+        self.coordinator.acquire_epoch(owner="bench")
+        self.incarnation = str(uuid.uuid4())
+        self.done = 0
+        self.start: PartitionOffsets | None = None
+
+    def step(self, series: CommitSeries) -> None:
+        """One batch of ``ROWS`` rows; its timings appended to ``series``."""
+        from pipeline.spark.writer import collect_staged, run_task
+
+        i = self.done
+        tp = TopicPartition(TOPIC, 0)
+        end = PartitionOffsets({tp: (i + 1) * ROWS})
+        rows = _decoded_rows(i * ROWS, ROWS)
         staging: list[float] = []
 
-        def write(
-            write_id: str,
-            drop_below: PartitionOffsets,
-            rows: pa.RecordBatch = rows,
-            seed: int = i,
-            staging: list[float] = staging,
-        ) -> StagedBatch:
+        def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
             t0 = time.perf_counter()
-            plan = pipe.sinks.task_plan(write_id, drop_below)
-            out = [r for b in run_task(plan, iter([rows]), seed) for r in b.to_pylist()]
+            plan = self.pipe.sinks.task_plan(write_id, drop_below)
+            out = [r for b in run_task(plan, iter([rows]), i) for r in b.to_pylist()]
             staged = collect_staged(out)
             staging.append(time.perf_counter() - t0)
             return staged
 
         t0 = time.perf_counter()
-        outcome = coordinator.run_batch(incarnation, i, start, end, write)
+        outcome = self.coordinator.run_batch(self.incarnation, i, self.start, end, write)
         total = time.perf_counter() - t0
         if outcome.outcome != "committed" or outcome.records != ROWS:
             raise RuntimeError(f"commit {i + 1}: {outcome.outcome} with {outcome.records} rows")
@@ -144,13 +144,39 @@ def run_commit_series(
         series.staging.append(sum(staging))
         series.precommit.append(outcome.timings.get("precommit", 0.0))
         series.commit.append(outcome.timings.get("commit", 0.0))
-        if pipe.timeline is not None and i % PURGE_EVERY == 0:
-            pipe.timeline.purge_finished(pipe.cfg.commit.journal_retention)
-        start = end
+        if self.pipe.timeline is not None and i % PURGE_EVERY == 0:
+            self.pipe.timeline.purge_finished(self.pipe.cfg.commit.journal_retention)
+        self.start = end
+        self.done += 1
+
+
+def run_commit_series(
+    fmt: str,
+    commits: int,
+    workdir: Path,
+    catalog_uri: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    control_window: int = 0,
+) -> tuple[CommitSeries, CommitSeries | None]:
+    """``commits`` batches into one fresh table of ``fmt``; returns its per-commit timings
+    and, with ``control_window`` > 0, those of a second fresh table whose first
+    ``control_window`` commits alternate with the aged table's last ones (drift control).
+    """
+    aged = _CommitRunner(fmt, workdir / "aged", catalog_uri)
+    series = CommitSeries(fmt, aged.catalog)
+    young: CommitSeries | None = None
+    paired_from = commits - control_window if control_window > 0 else commits
+    control = _CommitRunner(fmt, workdir / "young", catalog_uri) if control_window > 0 else None
+    for i in range(commits):
+        if control is not None and i >= paired_from:
+            if young is None:
+                young = CommitSeries(fmt, control.catalog)
+            control.step(young)
+        aged.step(series)
         if on_progress is not None:
             on_progress(i + 1)
-    series.diagnostics = _diagnostics(pipe, fmt)
-    return series
+    series.diagnostics = _diagnostics(aged.pipe, fmt)
+    return series, young
 
 
 def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:

@@ -21,7 +21,7 @@ if [ "$#" -gt 0 ]; then
 fi
 echo "== pytest (default suite)"
 python -m pytest --durations=15
-# Slow drills (PostgreSQL crash chain, image build, long Hudi chain): part of the full
+# Slow drills (kill-at-every-fault-point chains, image build, outage deadlines): part of the full
 # run; skip them locally with INGEST_SKIP_SLOW=1.
 if [ -z "${INGEST_SKIP_SLOW:-}" ]; then
   echo "== pytest -m slow"

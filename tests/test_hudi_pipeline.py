@@ -188,6 +188,7 @@ def _check_clean(tmp: Path, config: Path) -> None:
         assert committer is not None and not committer.hudi.pending_times()
 
 
+@pytest.mark.slow  # the Iceberg twin runs by default; the Hudi drill recommits too
 def test_killed_after_precommit_is_recommitted_without_recomputing(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

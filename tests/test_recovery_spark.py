@@ -71,9 +71,10 @@ CHAIN = [
 ]
 
 
-@pytest.mark.parametrize(
-    "catalog_kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]
-)
+# ≈ 4 min per catalog (9 driver processes): under -m slow; the default run keeps the fast
+# SIGKILL drill and the unit tests of every crash point
+@pytest.mark.slow
+@pytest.mark.parametrize("catalog_kind", ["sqlite", "postgresql"])
 def test_driver_killed_at_every_fault_point(
     kafka_broker: KafkaTestBroker, tmp_path: Path, catalog_kind: str
 ) -> None:

@@ -180,6 +180,7 @@ def test_unknown_mode_and_option_are_named() -> None:
 # -- a real submission ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # tests/test_cli.py submits pipeline/main.py by default
 def test_standalone_path_submits_to_local2_and_commits(tmp_path: Path) -> None:
     """`scripts/spark-submit.sh standalone --master local[2]`: spark-submit runs the launcher
     with the package from the --py-files zip and the example config; the table gets rows."""

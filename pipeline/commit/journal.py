@@ -143,14 +143,21 @@ class InstantTimeline:
         self.store = store
 
     # -- reading ----------------------------------------------------------------------
+    @staticmethod
+    def _parse_name(name: str) -> tuple[str, InstantState] | None:
+        """``instants/<17-digit time>.<state suffix>`` -> (time, state); None: not an entry."""
+        time, _, suffix = name.rsplit("/", 1)[-1].partition(".")
+        state = _BY_SUFFIX.get(suffix)
+        if state is None or len(time) != 17 or not time.isdigit():
+            return None
+        return time, state
+
     def _entries(self) -> dict[str, set[InstantState]]:
         out: dict[str, set[InstantState]] = {}
         for name in self.store.list("instants"):
-            base = name.rsplit("/", 1)[-1]
-            time, _, suffix = base.partition(".")
-            state = _BY_SUFFIX.get(suffix)
-            if state is not None and len(time) == 17 and time.isdigit():
-                out.setdefault(time, set()).add(state)
+            parsed = self._parse_name(name)
+            if parsed is not None:
+                out.setdefault(parsed[0], set()).add(parsed[1])
         return out
 
     def _payload(self, time: str, state: InstantState) -> dict[str, Any] | None:
@@ -201,9 +208,9 @@ class InstantTimeline:
     def latest_time(self) -> str | None:
         # listed names sort by instant time (fixed 17-digit prefix): the newest valid one
         for name in reversed(self.store.list("instants")):
-            time, _, suffix = name.rsplit("/", 1)[-1].partition(".")
-            if suffix in _BY_SUFFIX and len(time) == 17 and time.isdigit():
-                return time
+            parsed = self._parse_name(name)
+            if parsed is not None:
+                return parsed[0]
         return None
 
     # -- writing ----------------------------------------------------------------------

@@ -860,10 +860,7 @@ class HudiCommitter:
             for partition in sorted({str(d["partitionPath"]) for d in descs}):
                 self.hudi.ensure_partition_metadata(partition, ts)
             extra = cp.to_summary()
-            if exists:
-                extra.update(carry_forward(self._summaries(), cp.pipeline_id))
-            else:
-                extra.update(carry_forward((), cp.pipeline_id))
+            extra.update(carry_forward(self._summaries() if exists else (), cp.pipeline_id))
             metadata = commit_metadata_json(descs, self.spec.avro_schema, extra)
             if exists:
                 self.hudi.complete(meta, ts, metadata)

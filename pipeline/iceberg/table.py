@@ -691,13 +691,11 @@ class IcebergTableSink:
         summary = checkpoint.to_summary()
         what = f"commit of batch {checkpoint.batch_id} ({checkpoint.incarnation})"
         started = time.monotonic()
-        try:
-            snapshot_id = self._with_retries(
-                what, lambda: self._commit_once(files, checkpoint, summary, precondition)
-            )
-        except BaseException:
-            self._forget_read_view()
-            raise
+        # every failed attempt drops the shared view (_commit_once); a success leaves
+        # the catalog's answer as the next view
+        snapshot_id = self._with_retries(
+            what, lambda: self._commit_once(files, checkpoint, summary, precondition)
+        )
         self._maybe_expire()
         log.info(
             "%s: %d files, %d records in %s as snapshot %d (%.3fs)",
@@ -882,8 +880,8 @@ class IcebergTableSink:
         # A view under read_cache_s old (the batch's checks, or our previous commit's
         # result) is as good a base as a fresh load: the catalog refuses the append
         # unless main is still at the view's head, and the retry then reloads.
-        table = self._load_for_read()
         try:
+            table = self._load_for_read()
             if table is None:
                 self._check_fence(None, checkpoint, precondition)
                 return self._create_with_first_commit(files, {**summary, **_NOTHING_BEFORE})

@@ -75,7 +75,7 @@ def _latency_chart(report: dict[str, Any], path: Path) -> None:
         for lo, hi in (series[0]["early_window"], series[0]["late_window"]):
             ax.axvspan(lo, hi, color="grey", alpha=0.2)
         ax.legend(loc="upper left")
-    ax.set_xlabel("commit number (same table)")
+    ax.set_xlabel("commit number (same table; ratio: late window vs a fresh table, interleaved)")
     ax.set_ylabel("protocol time per commit (ms)")
     ax.set_title("Commit cost over commit number (shaded: compared windows)")
     fig.tight_layout()

@@ -204,7 +204,7 @@ def drill(
     ] = None,
     matrix: Annotated[str, typer.Option(help="fast | full")] = "full",
     format_: Annotated[
-        list[str] | None, typer.Option("--format", help="iceberg | hudi (repeatable)")
+        list[str] | None, typer.Option("--format", help="iceberg | hudi | both (repeatable)")
     ] = None,
     kills: Annotated[int, typer.Option(help="SIGKILL restarts per format")] = 20,
     rate: Annotated[float, typer.Option(help="records/s the producer writes")] = 100.0,

@@ -2,8 +2,9 @@
 its own OS process, injected faults, then an exactly-once count.
 
 Default run (fast subset): a SIGKILL drill with 2 kills on Iceberg and the
-checkpoint-deleted drill. ``-m drill``: the full matrix (≥ 20 SIGKILL restarts per
-format, every scenario), the same command as ``ingest drill --matrix full``.
+checkpoint-deleted drill. ``-m drill``: the full matrix (every scenario on Iceberg and
+Hudi, ≥ 20 SIGKILL restarts per format, and the SIGKILL drill on ``sink.format: both``),
+the same command as ``ingest drill --matrix full``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from pipeline.errors import ConfigError
 from pipeline.ops.drill.model import DrillResult, FaultEvent, Sample
 from pipeline.ops.drill.report import write_json, write_timeline
 from pipeline.ops.drill.runner import DrillOptions, run_drills, select
@@ -30,18 +32,25 @@ def _run(tmp_path: Path, matrix: str, scenarios: list[str], kills: int) -> dict:
     return report
 
 
-def test_full_matrix_selection_kills_both_formats() -> None:
+FORMATS = ("iceberg", "hudi")
+
+
+def test_full_matrix_selection_runs_every_scenario_on_both_formats() -> None:
     specs = select("full", [], [], kills=20, rate=300.0)
     kills = [s for s in specs if s.scenario == "kill"]
-    assert {s.table_format for s in kills} == {"iceberg", "hudi"}
+    assert {s.table_format for s in kills} == {"iceberg", "hudi", "both"}
     assert all(s.kills == 20 for s in kills)
-    others = {s.scenario for s in specs} - {"kill"}
-    assert others == {
-        "task-failure", "broker-outage", "zombie", "checkpoint-deleted", "retention",
-        "catalog-outage",
-    }  # fmt: skip
-    assert all(s.table_format == "iceberg" for s in specs if s.scenario != "kill")
+    per_format = {f: {s.scenario for s in specs if s.table_format == f} for f in FORMATS}
+    others = {"task-failure", "broker-outage", "zombie", "checkpoint-deleted", "retention"}
+    assert per_format["hudi"] == {"kill", *others}
+    assert per_format["iceberg"] == {"kill", *others, "catalog-outage"}  # needs a catalog
+    assert [s.scenario for s in specs if s.table_format == "both"] == ["kill"]
     assert [s.kills for s in select("fast", [], [], 20, 300.0)] == [2, 2]
+    assert [s.table_format for s in select("full", ["zombie"], ["hudi"], 20, 1.0)] == ["hudi"]
+    with pytest.raises(ConfigError, match="needs an Iceberg catalog"):
+        select("full", ["catalog-outage"], ["hudi"], 20, 1.0)
+    with pytest.raises(ConfigError, match="unknown drill scenario"):
+        select("full", ["meteor"], [], 20, 1.0)
 
 
 def test_report_json_and_png_from_a_result(tmp_path: Path) -> None:
@@ -80,7 +89,7 @@ def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
 
 
 @pytest.mark.drill
-@pytest.mark.timeout(3600)  # the whole matrix: ≈ 17 min on a quiet 2-core host
+@pytest.mark.timeout(4200)  # the whole matrix: ≈ 30 min on a quiet 2-core host
 def test_full_drill_matrix(tmp_path: Path) -> None:
     report = _run(tmp_path, "full", [], kills=20)
     assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
@@ -88,7 +97,8 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     for d in ran:
         assert d["missing"] == 0 and d["duplicated"] == 0, d["scenario"]
     kills = {d["table_format"]: d for d in ran if d["scenario"] == "kill"}
-    assert set(kills) == {"iceberg", "hudi"}
+    assert set(kills) == {"iceberg", "hudi", "both"}
+    assert {d["table_format"] for d in ran if d["scenario"] == "zombie"} == {"iceberg", "hudi"}
     for d in kills.values():
         assert d["faults"] >= 20 and d["restarts"] >= 20
         assert d["recover_median_s"] is not None

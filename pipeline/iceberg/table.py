@@ -647,14 +647,19 @@ class IcebergTableSink:
         return self._location
 
     def _new_table_context(self, write_uuid: str) -> WriteContext:
-        return WriteContext.for_new_table(
-            self.catalog,
-            self.identifier,
-            self.schema,
-            self.partition_spec,
-            self.table_properties,
-            location=self._location,
-            write_uuid=write_uuid,
+        # creates the namespace and stages the create: catalog round trips, so they get
+        # the same patience as a load (a pooled connection can die with a restarted catalog)
+        return self._with_retries(
+            "create staging",
+            lambda: WriteContext.for_new_table(
+                self.catalog,
+                self.identifier,
+                self.schema,
+                self.partition_spec,
+                self.table_properties,
+                location=self._location,
+                write_uuid=write_uuid,
+            ),
         )
 
     def write_context(self, write_uuid: str) -> WriteContext:

@@ -245,16 +245,12 @@ def drill_config(
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port."""
     from pipeline.kafka.generator import event_schema_fields
 
-    sink: dict[str, Any] = {"table": "drill.events"}
-    if spec.table_format == "hudi":
-        sink.update({"format": "hudi", "hudi": {"basePath": str(workdir / "hudi" / "events")}})
-    else:
-        sink.update(
-            {
-                "catalog": catalog or {"warehouse": str(workdir / "warehouse")},
-                "partitionBy": ["day(ts)"],
-            }
-        )
+    sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}
+    if spec.table_format in ("hudi", "both"):
+        sink["hudi"] = {"basePath": str(workdir / "hudi" / "events")}
+    if spec.table_format in ("iceberg", "both"):
+        sink["catalog"] = catalog or {"warehouse": str(workdir / "warehouse")}
+        sink["partitionBy"] = ["day(ts)"]
     return {
         "id": f"drill-{spec.scenario}",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
@@ -371,7 +367,12 @@ class Rig:
     # -- observation ------------------------------------------------------------------
     def sinks(self) -> Any:
         if self._sinks is None:
-            if self.cfg.sink.format == "hudi":
+            if self.cfg.sink.format == "both":
+                from pipeline.commit.faults import FaultPoints
+                from pipeline.dual import DualSinks
+
+                self._sinks = DualSinks.from_config(self.cfg, FaultPoints())
+            elif self.cfg.sink.format == "hudi":
                 from pipeline.hudi.sinks import HudiSinks
 
                 self._sinks = HudiSinks.from_config(self.cfg)
@@ -461,68 +462,67 @@ class Rig:
         except Exception as e:  # the journal is optional for the verdict
             self.result.notes.append(f"journal not readable: {e}")
 
-    def verify(self, lost: dict[TopicPartition, tuple[int, int]] | None = None) -> None:
-        """Exactly-once check: the independent verifier when present, plus our own count
-        of the producer's acknowledged offsets against the tables."""
+    def verify(self, lost: dict[TopicPartition, list[tuple[int, int]]] | None = None) -> None:
+        """Exactly-once check: the independent verifier (``ingest verify``) and our own
+        count of the producer's acknowledged offsets against the tables; the worse of the
+        two numbers is reported. ``lost``: offsets the table recorded as data loss."""
         from pipeline.ops.drill.count import count_against
 
         lost = lost or {}
+
+        def recorded_lost(tp: TopicPartition, o: int) -> bool:
+            return any(s <= o < e for s, e in lost.get(tp, ()))
+
         expected = {
-            tp: [o for o in offs if not (tp in lost and lost[tp][0] <= o < lost[tp][1])]
+            tp: [o for o in offs if not recorded_lost(tp, o)]
             for tp, offs in self.producer.expected().items()
         }
         own = count_against(self.cfg, expected)
         self.result.committed = own.present
         self.result.missing = own.missing
         self.result.duplicated = own.duplicated
-        self.result.lost = sum(e - s for s, e in lost.values())
+        self.result.lost = sum(e - s for ivs in lost.values() for s, e in ivs)
         self.result.verifier = "drill count"
         if own.unexpected:
             self.result.problems.append(f"{own.unexpected} records in the tables not produced")
         try:
-            independent = run_independent_verifier(self.cfg)
+            totals = independent_verifier_totals(self.cfg)
         except Exception as e:  # the verifier failing is a failed check, not a crash
-            self.result.problems.append(f"verify_pipeline failed: {type(e).__name__}: {e}")
-            independent = None
-        if independent is not None:
-            name, totals = independent
-            self.result.verifier = f"{name} + drill count"
+            self.result.problems.append(f"ingest verify failed: {type(e).__name__}: {e}")
+        else:
+            self.result.verifier = "ingest verify + drill count"
             self.result.missing = max(self.result.missing, int(totals.get("missing", 0)))
             self.result.duplicated = max(self.result.duplicated, int(totals.get("duplicated", 0)))
             if not totals["ok"]:
                 self.result.problems.append(
-                    f"verify_pipeline not ok: {totals.get('mismatched', 0)} mismatched, "
+                    f"ingest verify not ok: {totals.get('mismatched', 0)} mismatched, "
                     f"{totals.get('unexpected', 0)} unexpected, {totals.get('missing', 0)} "
                     f"missing, {totals.get('duplicated', 0)} duplicated"
                 )
-            if lost and int(totals.get("lost", 0)) < self.result.lost:
+            if any(n != self.result.lost for n in totals["lost_per_table"]):
                 self.result.problems.append(
-                    f"verifier reports {totals.get('lost')} lost, expected {self.result.lost}"
+                    f"ingest verify reports {totals['lost_per_table']} lost, "
+                    f"the drill {self.result.lost}"
                 )
         self.count_outcomes()
 
 
-def run_independent_verifier(cfg: PipelineConfig) -> tuple[str, dict[str, Any]] | None:
-    """``pipeline.ops.verify.verify_pipeline`` totals, or None when it is not available."""
-    try:
-        from pipeline.ops import verify as verify_mod
-    except ImportError:
-        return None
-    fn = getattr(verify_mod, "verify_pipeline", None)
-    if fn is None:
-        return None
-    reports = fn(cfg)
-    totals: dict[str, Any] = {"ok": all(r.ok for r in reports)}
+TOTALS = ("expected", "present", "missing", "duplicated", "mismatched", "unexpected", "lost")
+
+
+def independent_verifier_totals(cfg: PipelineConfig) -> dict[str, Any]:
+    """Totals of ``verify_pipeline`` over the pipeline's table(s), plus ``ok`` and the
+    records each table recorded as lost (both tables of ``sink.format: both`` record the
+    same loss)."""
+    from pipeline.ops.verify import verify_pipeline
+
+    reports = verify_pipeline(cfg)
+    totals: dict[str, Any] = {
+        "ok": all(r.ok for r in reports),
+        "lost_per_table": [int(r.totals().lost or 0) for r in reports],
+    }
     for r in reports:
         t = r.totals()
-        for k in (
-            "expected",
-            "present",
-            "missing",
-            "duplicated",
-            "mismatched",
-            "unexpected",
-            "lost",
-        ):
+        for k in TOTALS:
             totals[k] = totals.get(k, 0) + int(getattr(t, k, 0) or 0)
-    return "verify_pipeline", totals
+    return totals

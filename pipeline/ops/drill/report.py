@@ -87,8 +87,16 @@ def read_json(path: Path) -> tuple[list[DrillResult], dict[str, Any]]:
     return [DrillResult.from_dict(d) for d in data["drills"]], meta
 
 
+def _cell(r: DrillResult) -> tuple[tuple[str, bool], int]:
+    """(row, column) key of a drill's panel: Iceberg left, Hudi right, a row per scenario;
+    a ``both`` drill (two tables) gets a row of its own."""
+    both = r.table_format == "both"
+    return (r.scenario, both), 1 if r.table_format == "hudi" else 0
+
+
 def write_timeline(results: Sequence[DrillResult], path: Path) -> Path | None:
-    """One panel per drill (skipped ones left out); None when nothing ran."""
+    """One panel per drill (skipped ones left out), laid out by :func:`_cell` so the same
+    fault on both formats sits side by side. None when nothing ran."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,8 +105,18 @@ def write_timeline(results: Sequence[DrillResult], path: Path) -> Path | None:
     ran = [r for r in results if r.skipped is None and r.samples]
     if not ran:
         return None
-    fig, axes = plt.subplots(len(ran), 1, figsize=(12, 3.2 * len(ran)), squeeze=False)
-    for ax, r in zip(axes[:, 0], ran, strict=True):
+    rows = list(dict.fromkeys(_cell(r)[0] for r in ran))
+    cols = 1 + max(_cell(r)[1] for r in ran)
+    fig, axes = plt.subplots(
+        len(rows), cols, figsize=(10 * cols + 2, 3.2 * len(rows)), squeeze=False
+    )
+    used = {(rows.index(_cell(r)[0]), _cell(r)[1]) for r in ran}
+    for i in range(len(rows)):
+        for j in range(cols):
+            if (i, j) not in used:
+                axes[i, j].axis("off")
+    panels = [(axes[rows.index(_cell(r)[0]), _cell(r)[1]], r) for r in ran]
+    for ax, r in panels:
         t = [s.t for s in r.samples]
         ax.plot(t, [s.produced for s in r.samples], label="produced (acked)", color="tab:blue")
         ax.plot(t, [s.committed for s in r.samples], label="committed (table)", color="tab:orange")
@@ -126,7 +144,7 @@ def write_timeline(results: Sequence[DrillResult], path: Path) -> Path | None:
         ax.set_xlabel("seconds since drill start")
         ax.set_ylabel("records")
         ax.grid(alpha=0.3)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
+    handles, labels = panels[0][0].get_legend_handles_labels()
     from matplotlib.lines import Line2D
 
     handles += [
@@ -135,7 +153,7 @@ def write_timeline(results: Sequence[DrillResult], path: Path) -> Path | None:
     ]
     labels += ["fault injected", "recovered (first new commit)"]
     fig.legend(handles, labels, loc="upper right", fontsize=8)
-    fig.tight_layout(rect=(0, 0, 0.85, 1))
+    fig.tight_layout(rect=(0, 0, 1 - 1.6 / (10 * cols + 2), 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -2,8 +2,10 @@
 
 ``fast`` matrix: one SIGKILL drill (2 kills) and the checkpoint-deleted drill (Iceberg
 unless ``--format`` says otherwise).
-``full`` matrix: SIGKILL drills on Iceberg and Hudi (``kills`` each, ≥ 20 for acceptance)
-plus every other scenario on Iceberg. A drill that cannot run here is reported as skipped
+``full`` matrix: every scenario on Iceberg and on Hudi (the SIGKILL drill with ``kills``
+kills each, ≥ 20 for acceptance), except the catalog outage, which needs a catalog
+(Iceberg only); then the SIGKILL drill on ``sink.format: both`` (one instant, two tables,
+one more fault point between their commits). A drill that cannot run here is reported as skipped
 with its reason; a drill that throws is reported FAILED with the error.
 """
 
@@ -21,6 +23,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from pipeline.errors import ConfigError
 from pipeline.ops.drill.harness import Rig
 from pipeline.ops.drill.model import DrillResult, DrillSpec, TableFormat
 from pipeline.ops.drill.report import summary_table, write_json, write_timeline
@@ -35,7 +38,8 @@ ORDER = (
     "retention",
     "catalog-outage",
 )
-PER_FORMAT = {"kill"}  # scenarios run on every selected format; the rest on Iceberg
+CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
+FORMATS: tuple[TableFormat, ...] = ("iceberg", "hudi", "both")
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,6 @@ def select(
 ) -> list[DrillSpec]:
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
-        from pipeline.errors import ConfigError
-
         raise ConfigError(f"unknown drill scenario(s) {unknown}; allowed: {', '.join(ORDER)}")
     if scenarios:
         names = list(scenarios)
@@ -66,16 +68,18 @@ def select(
     chosen: list[TableFormat] = []
     default_formats = ("iceberg",) if matrix == "fast" and not scenarios else ("iceberg", "hudi")
     for f in formats or default_formats:
-        if f not in ("iceberg", "hudi"):
-            from pipeline.errors import ConfigError
-
-            raise ConfigError(f"--format {f!r}: allowed: iceberg, hudi")
-        chosen.append("hudi" if f == "hudi" else "iceberg")
+        fmt = next((x for x in FORMATS if x == f), None)
+        if fmt is None:
+            raise ConfigError(f"--format {f!r}: allowed: {', '.join(FORMATS)}")
+        chosen.append(fmt)
     specs = []
     for name in names:
-        # only the SIGKILL drill runs on every format unless formats were asked for
-        fmts = chosen if name in PER_FORMAT or formats else chosen[:1]
+        fmts = [f for f in chosen if f != "hudi"] if name in CATALOG_ONLY else chosen
+        if not fmts and scenarios:
+            raise ConfigError(f"drill {name!r} needs an Iceberg catalog: use --format iceberg")
         specs += [DrillSpec(name, fmt, kills=kills, rate=rate) for fmt in fmts]
+    if matrix == "full" and not scenarios and not formats:
+        specs.append(DrillSpec("kill", "both", kills=kills, rate=rate))
     return specs
 
 
@@ -85,9 +89,7 @@ def run_one(spec: DrillSpec, opts: DrillOptions, status: list[str]) -> DrillResu
     pg = None
     catalog = None
     pg_skip = ""
-    if spec.scenario == "catalog-outage":
-        if spec.table_format != "iceberg":
-            return DrillResult(spec.scenario, spec.table_format, skipped="Iceberg catalogs only")
+    if spec.scenario in CATALOG_ONLY:
         pg, pg_skip = private_pg_cluster()
         if pg is not None:
             catalog = {

@@ -30,6 +30,8 @@ KILL_POINTS = (
     "after-commit",
     "after-commit-before-checkpoint",
 )
+# sink.format both: the Iceberg table committed, the Hudi table not yet (rolled forward)
+DUAL_KILL_POINTS = (*KILL_POINTS[:-2], "between-table-commits", *KILL_POINTS[-2:])
 # Driver start-up is 15-25 s on an idle 2-core machine and several minutes when other Spark
 # jobs share it: generous limits, so a slow machine is not reported as a broken pipeline.
 POINT_TIMEOUT_S = 360.0  # start-up + a few batches; a point not reached by then is noted
@@ -72,16 +74,17 @@ def _first_commit(rig: Rig) -> None:
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
 
 
-def _finish(rig: Rig, lost: dict[TopicPartition, tuple[int, int]] | None = None) -> None:
+def _finish(rig: Rig) -> None:
     rig.drain()
-    rig.verify(lost)
+    rig.verify()
 
 
 @scenario("kill")
 def kill(rig: Rig) -> None:
     """SIGKILL the driver at each named fault point, then at random times, ``kills`` times."""
     rng = random.Random(rig.spec.kills)
-    points = list(KILL_POINTS[: rig.spec.kills])
+    named = DUAL_KILL_POINTS if rig.spec.table_format == "both" else KILL_POINTS
+    points = list(named[: rig.spec.kills])
     kills = 0
     # fault-point kills: each run is armed with the next point and dies there by itself
     for i, point in enumerate(points):
@@ -260,7 +263,7 @@ def retention(rig: Rig) -> None:
     rig.producer.stop()
     rig.wait_until(rig.caught_up, COMMIT_TIMEOUT_S, "draining")
     recorded = _recorded_data_loss(rig)
-    deliberate = {tp: (start, start + gap)}
+    deliberate = {tp: [(start, start + gap)]}
     if recorded != deliberate:
         rig.result.problems.append(
             f"ingest.data-loss recorded {_fmt(recorded)}, deleted on purpose {_fmt(deliberate)}"
@@ -273,24 +276,18 @@ def retention(rig: Rig) -> None:
     rig.verify(recorded)
 
 
-def _fmt(ranges: dict[TopicPartition, tuple[int, int]]) -> str:
-    return ", ".join(f"{tp} [{s}, {e})" for tp, (s, e) in sorted(ranges.items())) or "nothing"
+def _fmt(ranges: dict[TopicPartition, list[tuple[int, int]]]) -> str:
+    return (
+        ", ".join(f"{tp} [{s}, {e})" for tp, ivs in sorted(ranges.items()) for s, e in ivs)
+        or "nothing"
+    )
 
 
-def _recorded_data_loss(rig: Rig) -> dict[TopicPartition, tuple[int, int]]:
-    """Union of the ``ingest.data-loss`` ranges over the table's snapshots, per partition."""
-    import json
+def _recorded_data_loss(rig: Rig) -> dict[TopicPartition, list[tuple[int, int]]]:
+    """The ``ingest.data-loss`` ranges the table's commits recorded, merged per partition."""
+    from pipeline.ops.verify import recorded_data_loss
 
-    table = rig.sinks().main.table()
-    out: dict[TopicPartition, tuple[int, int]] = {}
-    for snap in table.snapshots() if table is not None else []:
-        props = snap.summary.additional_properties if snap.summary else {}
-        for topic, parts in json.loads(props.get("ingest.data-loss") or "{}").items():
-            for p, (s, e) in parts.items():
-                tp = TopicPartition(topic, int(p))
-                lo, hi = out.get(tp, (s, e))
-                out[tp] = (min(lo, s), max(hi, e))
-    return out
+    return recorded_data_loss(rig.cfg)
 
 
 @scenario("catalog-outage")

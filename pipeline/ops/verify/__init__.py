@@ -42,6 +42,7 @@ __all__ = [
     "VerifyReport",
     "compare",
     "offsets_by_partition",
+    "recorded_data_loss",
     "verify_pipeline",
 ]
 
@@ -177,6 +178,19 @@ def verify_pipeline(
             except MetadataError as e:
                 raise PipelineError(f"{name}: {e}") from e
     return reports
+
+
+def recorded_data_loss(
+    cfg: PipelineConfig, table_format: TableFormat | None = None
+) -> dict[TopicPartition, list[tuple[int, int]]]:
+    """Data loss the main table's commits record (``failOnDataLoss: false``), merged per
+    partition, across its whole history (expired snapshots / trimmed instants included)."""
+    from pipeline.ops.verify.ranges import CommitRanges, plan_partitions
+
+    fmt = _formats(cfg, table_format)[0]
+    _, main, _, _ = _sources(cfg, fmt)
+    commits = [c for cid, meta in main.commits() if (c := CommitRanges.from_metadata(cid, meta))]
+    return {tp: plan.lost for tp, plan in plan_partitions(commits).items() if plan.lost}
 
 
 # -- small counting helpers (the demo checks tables against producer acknowledgements) ----

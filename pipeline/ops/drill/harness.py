@@ -300,6 +300,8 @@ class Rig:
         self.commit_count = 0  # increases of the committed offsets seen by the sampler
         self._sinks: Any = None
         self._stop = threading.Event()
+        # a sample, a baseline resync and a fresh read never interleave
+        self._sample_lock = threading.RLock()
         self._sampler = threading.Thread(
             target=self._sample_loop, name="drill-sampler", daemon=True
         )
@@ -340,7 +342,21 @@ class Rig:
         """Time to recover is measured from now to the next new commit. A start that saw
         no commit before this one (killed first) is abandoned, not counted twice."""
         self.recoveries = [r for r in self.recoveries if r.first_commit is not None]
+        self._resync()
         self.recoveries.append(Recovery(started=self.now()))
+
+    def _resync(self) -> None:
+        """Read the committed offsets afresh (no cached table view) before a restart: a
+        commit the old driver made on its way out, not yet sampled, is the old driver's,
+        not the new one's first commit."""
+        with self._sample_lock:
+            try:
+                committed = sum(self.committed_offsets(fresh=True).values())
+            except Exception:  # catalog down: the sampler will catch up
+                return
+            if committed > self.committed:
+                self.commit_count += 1
+                self.committed = committed
 
     # -- the driver -------------------------------------------------------------------------
     @property
@@ -366,43 +382,61 @@ class Rig:
 
     # -- observation ------------------------------------------------------------------
     def sinks(self) -> Any:
+        """Read-only table handles for observing. They try the catalog once (no
+        ``catalogRetrySeconds`` patience): the drill must keep its clock and schedule
+        while the catalog is down, not wait with the driver."""
         if self._sinks is None:
-            if self.cfg.sink.format == "both":
+            cfg = self.cfg.model_copy(
+                update={"commit": self.cfg.commit.model_copy(update={"catalog_retry_seconds": 0})}
+            )
+            if cfg.sink.format == "both":
                 from pipeline.commit.faults import FaultPoints
                 from pipeline.dual import DualSinks
 
-                self._sinks = DualSinks.from_config(self.cfg, FaultPoints())
-            elif self.cfg.sink.format == "hudi":
+                self._sinks = DualSinks.from_config(cfg, FaultPoints())
+            elif cfg.sink.format == "hudi":
                 from pipeline.hudi.sinks import HudiSinks
 
-                self._sinks = HudiSinks.from_config(self.cfg)
+                self._sinks = HudiSinks.from_config(cfg)
             else:
                 from pipeline.iceberg.sinks import IcebergSinks
 
-                self._sinks = IcebergSinks.from_config(self.cfg)
+                self._sinks = IcebergSinks.from_config(cfg)
         return self._sinks
 
-    def committed_offsets(self) -> dict[TopicPartition, int]:
+    def committed_offsets(self, fresh: bool = False) -> dict[TopicPartition, int]:
+        """The main table's committed end offsets; ``fresh``: through new table handles,
+        not a view cached for up to a second."""
+        if fresh:
+            with self._sample_lock:
+                self._sinks = None
+                return self.committed_offsets()
         off = self.sinks().main.committed_offsets(self.cfg.id)
         return dict(off or {})
 
     def _sample_loop(self) -> None:
         while not self._stop.wait(SAMPLE_S):
-            try:
-                committed = sum(self.committed_offsets().values())
-            except Exception:  # catalog down or table mid-creation: keep the last value
-                self._sinks = None
-                committed = self.committed
-            t = round(self.now(), 2)
-            if committed > self.committed:
-                self.commit_count += 1
-                for r in self.recoveries:
-                    if r.first_commit is None:
-                        r.first_commit = t
-                        self.result.recover_s.append(round(r.first_commit - r.started, 2))
-                        self.result.events.append(FaultEvent(t, "recovered", f"{r.seconds:.1f}s"))
-            self.committed = committed
-            self.result.samples.append(Sample(t, self.producer.produced, committed))
+            with self._sample_lock:
+                self._sample()
+
+    def _sample(self) -> None:
+        """One sample: the committed count now; a rise is a commit (and ends any pending
+        recovery)."""
+        try:
+            committed = sum(self.committed_offsets().values())
+        except Exception:  # catalog down or table mid-creation: keep the last value
+            self._sinks = None
+            committed = self.committed
+        t = round(self.now(), 2)
+        if committed > self.committed:
+            self.commit_count += 1
+            for r in self.recoveries:
+                if r.first_commit is None:
+                    r.first_commit = t
+                    self.result.recover_s.append(round(r.first_commit - r.started, 2))
+                    self.result.events.append(FaultEvent(t, "recovered", f"{r.seconds:.1f}s"))
+        self.committed = committed
+        self.result.samples.append(Sample(t, self.producer.produced, committed))
 
     def wait_until(self, pred: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -195,7 +195,7 @@ def zombie(rig: Rig) -> None:
     _first_commit(rig)
     first = rig.driver
     assert first is not None
-    rig.start_driver()
+    rig.start_driver(restart=False)
     rig.event(
         "zombie", f"driver {rig.driver.n if rig.driver else '?'} started beside driver {first.n}"
     )
@@ -205,6 +205,11 @@ def zombie(rig: Rig) -> None:
         rig.result.problems.append("the old driver was not fenced within 240 s")
         first.kill()
     first.reap()
+    # Both drivers commit until the old one is fenced, so a commit right after the second
+    # start is not the takeover's. Time to recover is the stall an operator sees: from the
+    # fenced driver's exit to the next commit.
+    rig.result.restarts += 1
+    rig.recovery_from_now()
     msg = first.error_line()
     fence_words = ("superseded", "fenced", "must stop")  # coordinator / table fence messages
     if first.poll() != 2 or not any(w in msg for w in fence_words):
@@ -238,9 +243,16 @@ def retention(rig: Rig) -> None:
     broker = _need_embedded(rig)
     _first_commit(rig)
     assert rig.driver is not None
+    # Stop when caught up: a driver stopped mid-batch leaves an instant whose staged files
+    # the next run recommits, so records past the committed offsets would be in the table
+    # already and their deletion no loss at all.
+    rig.producer.pause()
+    time.sleep(1.0)  # the producer flushes its in-flight records on pause
+    rig.wait_until(rig.caught_up, COMMIT_TIMEOUT_S, "for the pipeline to catch up")
     rig.driver.stop()
     rig.event("stop", "driver stopped")
-    committed = rig.committed_offsets()
+    committed = rig.committed_offsets(fresh=True)
+    rig.producer.resume()
     tp = TopicPartition(rig.topic, 0)
     start = committed.get(tp, 0)
     gap = 40

@@ -90,6 +90,7 @@ class RateProducer:
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
+        self._flushed = threading.Event()  # set by the producer thread once paused and flushed
         self._thread = threading.Thread(target=self._run, name="drill-producer", daemon=True)
 
     @property
@@ -109,8 +110,11 @@ class RateProducer:
     def start(self) -> None:
         self._thread.start()
 
-    def pause(self) -> None:
+    def pause(self, timeout: float = 30.0) -> None:
+        """Stop producing; returns once the records in flight are flushed (acknowledged)."""
+        self._flushed.clear()
         self._running.clear()
+        self._flushed.wait(timeout)
 
     def resume(self) -> None:
         self._running.set()
@@ -152,6 +156,7 @@ class RateProducer:
                 break
             if not self._running.is_set():
                 producer.flush(5)
+                self._flushed.set()
                 self._running.wait()
                 next_slot = time.monotonic()
             next_slot = send_paced(
@@ -300,7 +305,7 @@ class Rig:
         self.commit_count = 0  # increases of the committed offsets seen by the sampler
         self._sinks: Any = None
         self._stop = threading.Event()
-        # a sample, a baseline resync and a fresh read never interleave
+        # samples (the loop's, a restart's) and fresh reads never interleave
         self._sample_lock = threading.RLock()
         self._sampler = threading.Thread(
             target=self._sample_loop, name="drill-sampler", daemon=True
@@ -342,21 +347,11 @@ class Rig:
         """Time to recover is measured from now to the next new commit. A start that saw
         no commit before this one (killed first) is abandoned, not counted twice."""
         self.recoveries = [r for r in self.recoveries if r.first_commit is not None]
-        self._resync()
-        self.recoveries.append(Recovery(started=self.now()))
-
-    def _resync(self) -> None:
-        """Read the committed offsets afresh (no cached table view) before a restart: a
-        commit the old driver made on its way out, not yet sampled, is the old driver's,
-        not the new one's first commit."""
+        # A sample through fresh handles first: a commit the old driver made on its way
+        # out, not yet sampled, is the old driver's, not the new one's first commit.
         with self._sample_lock:
-            try:
-                committed = sum(self.committed_offsets(fresh=True).values())
-            except Exception:  # catalog down: the sampler will catch up
-                return
-            if committed > self.committed:
-                self.commit_count += 1
-                self.committed = committed
+            self._sample(fresh=True)
+        self.recoveries.append(Recovery(started=self.now()))
 
     # -- the driver -------------------------------------------------------------------------
     @property
@@ -419,11 +414,11 @@ class Rig:
             with self._sample_lock:
                 self._sample()
 
-    def _sample(self) -> None:
+    def _sample(self, fresh: bool = False) -> None:
         """One sample: the committed count now; a rise is a commit (and ends any pending
         recovery)."""
         try:
-            committed = sum(self.committed_offsets().values())
+            committed = sum(self.committed_offsets(fresh).values())
         except Exception:  # catalog down or table mid-creation: keep the last value
             self._sinks = None
             committed = self.committed

@@ -247,7 +247,6 @@ def retention(rig: Rig) -> None:
     # the next run recommits, so records past the committed offsets would be in the table
     # already and their deletion no loss at all.
     rig.producer.pause()
-    time.sleep(1.0)  # the producer flushes its in-flight records on pause
     rig.wait_until(rig.caught_up, COMMIT_TIMEOUT_S, "for the pipeline to catch up")
     rig.driver.stop()
     rig.event("stop", "driver stopped")

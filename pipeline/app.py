@@ -26,6 +26,7 @@ from pipeline.source.offsets import PartitionOffsets, TopicPartition
 log = logging.getLogger(__name__)
 
 FENCE_CHECK_S = 5.0  # how often an idle driver checks that no newer writer took over
+STOP_POLL_S = 0.1  # how often a stopping driver looks whether the batch has finished
 
 
 @dataclass
@@ -44,6 +45,8 @@ class RunStats:
     epoch: int = 0
     fenced: bool = False
     error: BaseException | None = None
+    stop_requested: bool = False  # request_stop() (SIGTERM/SIGINT) ended the run
+    stop_cut_short: bool = False  # ... after run.stopTimeoutSeconds, a batch still running
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -51,7 +54,9 @@ class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
         from pipeline.commit.faults import FaultPoints
         from pipeline.iceberg.sinks import IcebergSinks
+        from pipeline.preflight import check_paths
 
+        check_paths(cfg)  # before anything is created or an epoch taken
         self.cfg = cfg
         self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         if cfg.sink.format == "hudi":
@@ -86,6 +91,12 @@ class Pipeline:
         self._broker_checked = False
         self._starting_offsets: str | None = None  # the source's startingOffsets option
         self.metrics: Any = None  # PipelineMetrics (ops.metrics.attach) while running
+        # graceful stop (request_stop): the request's time, set by a signal handler
+        self._stop_requested_at: float | None = None
+        self._batch_gate = threading.Lock()  # guards _in_batch and _halting
+        self._in_batch = False  # a batch is inside process_batch
+        self._halting = False  # query.stop() is being issued: no batch may start now
+        self._query: Any = None
 
     # -- set-up ----------------------------------------------------------------------
     @property
@@ -166,6 +177,39 @@ class Pipeline:
         return self._incarnation
 
     def process_batch(self, df: Any, batch_id: int) -> None:
+        """foreachBatch: one batch through the coordinator. A graceful stop waits for it."""
+        with self._batch_gate:
+            halting = self._halting
+            if not halting:
+                self._in_batch = True
+        if halting:
+            self._skip_batch_while_halting(batch_id)
+            return
+        try:
+            self._process_batch(df, batch_id)
+        finally:
+            with self._batch_gate:
+                self._in_batch = False
+
+    def _skip_batch_while_halting(self, batch_id: int) -> None:
+        """Spark planned this batch in the moment a graceful stop decided to stop the
+        query (no batch was running). Nothing of it is written (no journal entry). Only
+        once ``query.stop()`` has marked the query terminated -- it then interrupts the
+        query thread, which is blocked in this call -- do we return: the interrupted
+        thread does not write the batch to Spark's commit log, so the next run replays it
+        from the offset log. If the query is still active after a while, raise instead:
+        a failed batch is never committed."""
+        deadline = time.monotonic() + 10.0
+        while self._query is not None and self._query.isActive:
+            if time.monotonic() > deadline:
+                raise PipelineError(
+                    f"batch {batch_id} started while stopping and the query did not stop"
+                )
+            time.sleep(STOP_POLL_S)
+        time.sleep(1.0)  # stop() interrupts the query thread right after marking it
+        log.info("batch %d was planned as the query stopped: the next run processes it", batch_id)
+
+    def _process_batch(self, df: Any, batch_id: int) -> None:
         from pipeline.spark.checkpoint import SparkCheckpoint
         from pipeline.spark.writer import RESULT_DDL, collect_staged, make_task_function
 
@@ -346,20 +390,31 @@ class Pipeline:
         tick: Callable[[RunStats], None] | None = None,
         timeout_s: float | None = None,
     ) -> RunStats:
-        """Run until the query ends (available-now/once), ``until`` holds, or a timeout."""
-        self.check_broker()  # fail fast, before any endpoint or Spark starts
-        self._broker_checked = True
-        metrics = None  # started here, stopped here; one attached by the caller stays up
-        if self.cfg.metrics.enabled and self.metrics is None:
-            from pipeline.ops.metrics import attach
+        """Run until the query ends (available-now/once), ``until`` holds, or a timeout.
 
-            metrics = attach(self)  # /metrics, /healthz, /readyz, lag thread, batch log
+        The run state (``running`` once the query started, then ``stopped`` with the
+        error line) is kept next to the checkpoint for ``ingest status``."""
+        from pipeline.ops.runstate import error_line, record_run_state
+
         try:
-            return self._run(until, tick, timeout_s)
-        finally:
-            if metrics is not None:
-                metrics.stop()
-                self.metrics = None
+            self.check_broker()  # fail fast, before any endpoint or Spark starts
+            self._broker_checked = True
+            metrics = None  # started here, stopped here; one attached by the caller stays up
+            if self.cfg.metrics.enabled and self.metrics is None:
+                from pipeline.ops.metrics import attach
+
+                metrics = attach(self)  # /metrics, /healthz, /readyz, lag thread, batch log
+            try:
+                stats = self._run(until, tick, timeout_s)
+            finally:
+                if metrics is not None:
+                    metrics.stop()
+                    self.metrics = None
+        except BaseException as e:
+            record_run_state(self.cfg, "stopped", error_line(e))
+            raise
+        record_run_state(self.cfg, "stopped", None)
+        return stats
 
     def _run(
         self,
@@ -367,11 +422,19 @@ class Pipeline:
         tick: Callable[[RunStats], None] | None,
         timeout_s: float | None,
     ) -> RunStats:
+        if self._stop_requested_at is not None:  # stopped before the query started
+            self.stats.stop_requested = True
+            return self.stats
         query = self.start()
+        self._query = query
+        self._record_running()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         next_fence_check = time.monotonic() + FENCE_CHECK_S
         try:
             while query.isActive:
+                if self._stop_requested_at is not None:
+                    self._stop_between_batches(query)
+                    break
                 query.awaitTermination(0.5)
                 if tick:
                     tick(self.stats)
@@ -391,6 +454,65 @@ class Pipeline:
             if exc is not None:
                 raise exc
         finally:
-            if query.isActive:
+            # a stop cut short leaves its batch running: stopping the query under it would
+            # cancel its Spark jobs and fail it noisily; the process's exit ends it instead
+            if query.isActive and not self.stats.stop_cut_short:
                 query.stop()
         return self.stats
+
+    def _record_running(self) -> None:
+        """``ingest status`` reads this (and the metrics URL, when serving) after we die."""
+        from pipeline.ops.runstate import record_run_state
+
+        m = self.metrics
+        url = m.url if m is not None and m.port else None
+        record_run_state(self.cfg, "running", None, metrics_url=url)
+
+    # -- stopping -----------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask ``run()`` to stop gracefully: the batch in progress finishes its commit (for
+        at most ``run.stopTimeoutSeconds``), then the query stops between batches and
+        ``run()`` returns its stats. Only sets a flag, so it is safe in a signal handler
+        (never raises into a py4j call) and from any thread; repeated calls are no-ops."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested_at is not None
+
+    def _stop_between_batches(self, query: Any) -> None:
+        """Wait (bounded) until no batch is in ``process_batch``, then stop the query while
+        none can start. Past the timeout the batch is left running and ``stop_cut_short``
+        is set: the caller ends the process; the next run recovers the batch's instant."""
+        assert self._stop_requested_at is not None
+        timeout = self.cfg.run.stop_timeout_seconds
+        deadline = self._stop_requested_at + timeout
+        with self.stats.lock:
+            self.stats.stop_requested = True
+        announced = False
+        while True:
+            with self._batch_gate:
+                if not self._in_batch:
+                    self._halting = True
+                    break
+            if not query.isActive:
+                return  # the batch failed (or the query ended): run() reports it
+            if time.monotonic() >= deadline:
+                with self.stats.lock:
+                    self.stats.stop_cut_short = True
+                log.warning(
+                    "stop: the batch in progress did not commit within run.stopTimeoutSeconds"
+                    " (%g s); stopping without it (the next run recovers it)",
+                    timeout,
+                )
+                return
+            if not announced:
+                announced = True
+                log.info(
+                    "stop requested: letting the batch in progress commit (at most %g s)",
+                    timeout,
+                )
+            time.sleep(STOP_POLL_S)
+        log.info("stop requested: stopping the query between batches")
+        query.stop()

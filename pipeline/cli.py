@@ -11,20 +11,31 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
-from pipeline.errors import PipelineError, find_pipeline_error
+from pipeline.errors import ConfigError, PipelineError, find_pipeline_error
+
+if TYPE_CHECKING:
+    from pipeline.config import PipelineConfig
 
 app = typer.Typer(
     add_completion=False,
-    no_args_is_help=True,
-    help="Exactly-once Kafka → Iceberg ingestion on PySpark.",
+    help="Exactly-once Kafka → Apache Iceberg and Apache Hudi ingestion on PySpark.",
 )
-err = Console(stderr=True)
-out = Console()
+
+
+def _console(stderr: bool = False) -> Console:
+    """Rich output; in a pipe or a CI log (no terminal) wide enough that no table is cut
+    to 80 columns."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 250)
+
+
+err = _console(stderr=True)
+out = _console()
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="pipeline YAML file")]
 SetOpt = Annotated[
@@ -32,47 +43,141 @@ SetOpt = Annotated[
 ]
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+_log_file: Path | None = None  # the run's log file, named in error lines
+_verbose = False
+
+
+def _setup_logging(verbose: bool, log_file: Path | None = None) -> None:
+    """Default verbosity: log lines on stdout (the operator's log stream) and, for ``run``,
+    in ``log_file`` together with Spark's JVM log and any traceback; stderr is kept for the
+    one-line error. ``--verbose``: everything on stderr, at DEBUG."""
+    global _log_file, _verbose
+    _verbose = verbose
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr if verbose else sys.stdout)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+        _log_file = log_file
+        if not verbose:
+            os.environ["INGEST_LOG_FILE"] = str(log_file)  # Spark's log4j follows (session.py)
+    root = logging.getLogger()
+    for h in handlers:
+        h.setFormatter(fmt)
+        root.addHandler(h)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logging.captureWarnings(True)  # library warnings are log lines, not stderr noise
     for noisy in ("py4j", "pyiceberg", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not verbose:
+        # py4j logs "KeyboardInterrupt while sending command" at ERROR with a traceback
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
+def _run_log_file(given: Path | None, pipeline_id: str) -> Path:
+    if given is not None:
+        return given.resolve()
+    env = os.environ.get("INGEST_LOG_FILE")
+    if env:
+        return Path(env).resolve()
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"ingest-{pipeline_id}.log"
+
+
+def _load_config(config: Path | None, set_: list[str] | None) -> PipelineConfig:
+    from pipeline.config import load_config
+
+    if config is None:
+        raise ConfigError("--config is required: a pipeline YAML file (conf/pipeline.example.yaml)")
+    return load_config(config, set_ or [])
+
+
+class _NoCommand(PipelineError):
+    code = "usage"
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:  # bare `ingest`: the help, then a usage error
+        out.print(ctx.get_help(), markup=False, highlight=False)
+        raise _NoCommand("no command given; see 'ingest --help'")
 
 
 @app.command()
 def run(
     config: ConfigOpt = None,
     set_: SetOpt = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="debug logs and Spark's log on stderr")
+    ] = False,
+    log_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="the run's log (ours, Spark's, traces); default: $INGEST_LOG_FILE, "
+            "else <tmp>/ingest-<id>.log"
+        ),
+    ] = None,
 ) -> None:
     """Run the pipeline described by --config until stopped (or until an
-    available-now/once trigger has drained the source)."""
+    available-now/once trigger has drained the source). Log lines go to stdout and the
+    log file; stderr gets one line when the run stops on an error (exit 2)."""
     from pipeline.app import Pipeline
-    from pipeline.config import load_config
 
-    _setup_logging(verbose)
-    cfg = load_config(config, set_ or [])
+    cfg = _load_config(config, set_)
+    _setup_logging(verbose, _run_log_file(log_file, cfg.id))
+    logging.getLogger("pipeline").info("log file: %s", _log_file)
 
-    def on_sigterm(signum: int, frame: object) -> None:
-        # Kubernetes stops pods with SIGTERM: stop the query between batches' steps; a batch
-        # cut short is finished or rolled back by the next run's recovery.
-        raise KeyboardInterrupt
+    # SIGTERM (Kubernetes) / SIGINT (Ctrl-C): a graceful stop (docs/deploy.md#stopping).
+    # The handler only records the request -- it never raises into a py4j call; the driver
+    # loop lets the batch in progress commit (at most run.stopTimeoutSeconds), stops the
+    # query between batches, and we print the summary and exit 0. A second signal exits at
+    # once (130), like a kill: the next run recovers the batch in progress.
+    pipeline: Pipeline | None = None
+    signals: list[int] = []
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    def on_stop_signal(signum: int, frame: object) -> None:
+        signals.append(signum)
+        if len(signals) > 1:
+            os.write(2, b"ingest: second stop signal: exiting now (the next run recovers)\n")
+            os._exit(130)
+        if pipeline is not None:
+            pipeline.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_stop_signal)
     pipeline = Pipeline(cfg)
+    if signals:
+        pipeline.request_stop()
     stats = pipeline.run()
-    out.print(
+    line = (
         f"stopped: {stats.batches} batches committed, {stats.skipped} replays skipped, "
         f"{stats.records} records, {stats.dead_letters} dead letters"
     )
+    if stats.stop_cut_short:
+        line += (
+            f" (cut short: a batch was still running after run.stopTimeoutSeconds="
+            f"{cfg.run.stop_timeout_seconds:g}; the next run recovers it)"
+        )
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+    if stats.stop_cut_short:
+        # that batch's thread is still inside the commit: end the process here, as the
+        # grace period's SIGKILL would, rather than wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(0)
 
 
 @app.command()
 def demo(
-    lake: Annotated[Path, typer.Option(help="where tables and checkpoints go")] = Path("./lake"),
+    lake: Annotated[
+        Path,
+        typer.Option(
+            help="the demo's own directory for tables and checkpoints: a new one, or one an "
+            "earlier demo made (it refuses any other)"
+        ),
+    ] = Path("./demo-lake"),
     events: Annotated[int, typer.Option(help="events to generate")] = 50_000,
     partitions: Annotated[int, typer.Option(help="Kafka partitions")] = 8,
     rate: Annotated[float, typer.Option(help="events per second")] = 2_500.0,
@@ -90,12 +195,14 @@ def demo(
 
 @app.command()
 def status(config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """Committed offsets, snapshots and lag per partition of a pipeline's table."""
-    from pipeline.config import load_config
+    """Running or stopped (and the last error), the instant journal, the table(s)' last
+    batch, and per partition: log start, high watermark, committed offset, lag and the
+    records already deleted below the log start."""
     from pipeline.ops.status import print_status
+    from pipeline.ops.verify.render import untruncated
 
-    cfg = load_config(config, set_ or [])
-    print_status(cfg, out)
+    cfg = _load_config(config, set_)
+    print_status(cfg, untruncated(out))
 
 
 @app.command()
@@ -110,15 +217,23 @@ def verify(
         bool, typer.Option("--no-payload", help="count coordinates only, skip payload checks")
     ] = False,
     window: Annotated[int, typer.Option(help="offsets per partition held in memory")] = 100_000,
+    require_full: Annotated[
+        bool,
+        typer.Option(
+            "--require-full",
+            help="exit 1 when any committed record could not be checked (e.g. deleted by "
+            "retention before verify); default: such records are reported, exit 0",
+        ),
+    ] = False,
 ) -> None:
-    """Independent exactly-once check of the pipeline's table(s) against Kafka."""
+    """Independent exactly-once check of the pipeline's table(s) against Kafka. The
+    verdict states its coverage: records checked, unverifiable, and why."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from pipeline.config import load_config
     from pipeline.ops.verify import verify_pipeline
-    from pipeline.ops.verify.render import print_report, write_json
+    from pipeline.ops.verify.render import print_report, untruncated, write_json
 
-    cfg = load_config(config, set_ or [])
+    cfg = _load_config(config, set_)
     if format_ not in (None, "iceberg", "hudi"):
         raise PipelineError(f"--format {format_!r}: allowed: iceberg, hudi")
     with Progress(
@@ -141,11 +256,23 @@ def verify(
             window=window,
             on_progress=on_progress,
         )
+    console = untruncated(out)
     for report in reports:
-        print_report(out, report)
+        print_report(console, report)
     if json_out is not None:
         write_json(json_out, reports)
-    raise typer.Exit(0 if all(r.ok for r in reports) else 1)
+    partial = [r for r in reports if not r.complete]
+    if require_full and partial:
+        for r in partial:
+            console.print(
+                f"--require-full: {r.table_format} {r.table}: {r.coverage_text()}",
+                style="bold red",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+    ok = all(r.ok for r in reports) and not (require_full and partial)
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()
@@ -153,7 +280,11 @@ def broker(
     topic: Annotated[list[str] | None, typer.Option(help="TOPIC[:PARTITIONS], repeatable")] = None,
     brokers: Annotated[int, typer.Option(help="number of mock brokers")] = 1,
 ) -> None:
-    """Start the embedded Kafka broker (librdkafka mock cluster) until Ctrl-C."""
+    """Start the embedded Kafka broker (librdkafka mock cluster) until Ctrl-C.
+
+    For local experiments and tests: it keeps at most ~5 MB / 100k message sets per
+    partition and deletes older records (as retention would), and supports neither
+    transactions (read_committed) nor timestamp look-ups."""
     from pipeline.kafka.mock import run_broker_forever
 
     topics: dict[str, int] = {}
@@ -202,7 +333,9 @@ def drill(
     scenario: Annotated[
         list[str] | None, typer.Option(help="scenario to run (repeatable); default: the matrix")
     ] = None,
-    matrix: Annotated[str, typer.Option(help="fast | full")] = "full",
+    matrix: Annotated[
+        str, typer.Option(help="fast (2 drills, ~2 min) | full (every scenario, ~25 min)")
+    ] = "fast",
     format_: Annotated[
         list[str] | None, typer.Option("--format", help="iceberg | hudi | both (repeatable)")
     ] = None,
@@ -242,7 +375,7 @@ def drill(
 @app.command()
 def bench(
     quick: Annotated[
-        bool, typer.Option(help="smoke preset (~1 min); default: full (~12 min)")
+        bool, typer.Option(help="smoke preset (~1-2 min); default: full (~20 min)")
     ] = False,
     only: Annotated[
         list[str] | None,
@@ -252,9 +385,14 @@ def bench(
         ),
     ] = None,
     records: Annotated[int | None, typer.Option(help="records in the throughput data set")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="report.json and PNG charts")] = Path(
-        "docs/bench"
-    ),
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="report.json and PNG charts; default: a new ./bench-<time> directory "
+            "(--out docs/bench refreshes the committed report)",
+        ),
+    ] = None,
     bootstrap: Annotated[
         str | None, typer.Option(help="external Kafka; default: embedded broker")
     ] = None,
@@ -273,12 +411,32 @@ def bench(
         preset="quick" if quick else "full",
         only=tuple(only or ()),
         records=records,
-        out=out_dir,
+        out=out_dir or _new_bench_dir(),
         bootstrap=bootstrap,
         work=work.resolve() if work else None,
         profile=profile,
     )
     run_bench(opts, out)
+
+
+def _new_bench_dir() -> Path:
+    import time
+
+    return Path(f"bench-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _fail(line: str, code: int = 2, hint: str | None = None) -> NoReturn:
+    """The CLI's one error path: one line on stderr (plus at most a one-line hint)."""
+    err.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+    if hint:
+        err.print(f"hint: {hint}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def _usage_hint(e: typer.TyperException) -> str:
+    ctx = getattr(e, "ctx", None)
+    path = ctx.command_path if ctx is not None else "ingest"
+    return f"see '{path} --help'"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -287,27 +445,24 @@ def main(argv: list[str] | None = None) -> None:
         rc = app(args=argv, standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
+    except typer.TyperException as e:  # typer's bundled click: usage errors, bad option values
+        _fail(e.format_message().splitlines()[0], hint=_usage_hint(e))
     except PipelineError as e:
-        err.print(f"error: {e.message}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
+        _fail(str(e))
     except SystemExit:
         raise
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
-    except Exception as e:  # Spark wraps our errors: show the tagged line only
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
-        msg = find_pipeline_error(e)
+    except Exception as e:
+        msg = find_pipeline_error(e, tagged=True)  # Spark wraps ours: show the tagged line
         if msg is not None:
-            err.print(f"error: {msg}", markup=False, highlight=False, soft_wrap=True)
-            sys.exit(2)
-        raise
+            _fail(msg)
+        if _log_file is None or _verbose:
+            raise  # a bug, not an operator's error: keep the traceback where it is seen
+        logging.getLogger("pipeline").exception("run failed")  # the trace, in the log file
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        _fail(f"{type(e).__name__}: {first}", code=1, hint=f"full trace in {_log_file}")
 
 
 if __name__ == "__main__":

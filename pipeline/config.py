@@ -193,6 +193,15 @@ class MetricsConfig(_Model):
     lag_refresh_seconds: float = Field(default=15.0, gt=0)
 
 
+class RunConfig(_Model):
+    """How ``ingest run`` stops (docs/deploy.md, "Stopping")."""
+
+    # On SIGTERM/SIGINT the batch in progress may finish its commit for this long before
+    # the query stops anyway (the next run recovers it). Keep it below the pod's
+    # terminationGracePeriodSeconds (Kubernetes' default: 30 s).
+    stop_timeout_seconds: float = Field(default=25.0, ge=0)
+
+
 class PipelineConfig(_Model):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     source: SourceConfig
@@ -203,6 +212,7 @@ class PipelineConfig(_Model):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     commit: CommitConfig = Field(default_factory=CommitConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -39,11 +39,11 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
     too_big = F.length(F.col("value")) > F.lit(cfg.max_record_bytes)
     if cfg.format == "raw":
         too_large = F.when(too_big, F.lit(f"record larger than {cfg.max_record_bytes} bytes"))
-        raw_cols = [F.col("key"), F.col("value")]
-        if include_headers:
-            raw_cols.append(F.col("headers"))
+        # the raw table always has a headers column (null without includeHeaders)
         return df.select(
-            *raw_cols,
+            F.col("key"),
+            F.col("value"),
+            headers.alias("headers"),
             *_coordinates(),
             too_large.alias(ERROR_COL),
             F.when(too_large.isNotNull(), F.col("key")).alias("_raw_key"),

@@ -114,8 +114,8 @@ class ArrowDecoder:
         ]
         if self.cfg.format == "raw":
             error = pc.if_else(too_big, pa.scalar(big_msg), pa.scalar(None, pa.string()))
-            raw = [key, value] + ([headers] if self.include_headers else [])
-            raw_names = ["key", "value"] + (["headers"] if self.include_headers else [])
+            # the raw table always has a headers column (null without includeHeaders)
+            raw, raw_names = [key, value, headers], ["key", "value", "headers"]
             return self._assemble(raw, raw_names, coords, error, too_big, key, value, headers)
 
         data, error = self._decode_json(value, too_big, big_msg)

@@ -74,8 +74,9 @@ class EnvironmentProblem(PipelineError):
     code = "environment"
 
 
-def find_pipeline_error(exc: BaseException) -> str | None:
-    """The first pipeline error message inside ``exc`` (also when Spark wrapped it)."""
+def find_pipeline_error(exc: BaseException, *, tagged: bool = False) -> str | None:
+    """The first pipeline error message inside ``exc`` (also when Spark wrapped it);
+    ``tagged``: with its ``[ingest:<code>]`` tag."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     texts: list[str] = []
@@ -89,5 +90,5 @@ def find_pipeline_error(exc: BaseException) -> str | None:
     for text in texts:
         m = _TAG.search(text)
         if m:
-            return m.group("msg").strip()
+            return m.group(0).strip() if tagged else m.group("msg").strip()
     return None

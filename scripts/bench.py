@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark report: same as ``ingest bench`` (options: ``--help``).
 
-scripts/bench.py            # full preset → docs/bench/report.json + PNG charts
+scripts/bench.py            # full preset → ./bench-<time>/report.json + PNG charts (--out docs/bench: the committed one)
 scripts/bench.py --quick    # smoke run
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command: set up, start an embedded Kafka broker, generate events, ingest them into
-# a local Iceberg lake (./lake) with a progress display, and check exactly-once.
+# a local Iceberg lake (./demo-lake) with a progress display, and check exactly-once.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=bootstrap.sh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,16 @@ def run_driver(config: Path, fault: str | None = None) -> subprocess.CompletedPr
         env=env,
         cwd=ROOT,
     )
+
+
+_COMMIT_LINE = re.compile(r"(\d+) records in (\S+)(?: as snapshot| \()")
+
+
+def logged_records(messages: list[str]) -> dict[str, int]:
+    """Records per table from the commit log lines (Iceberg name or Hudi base path)."""
+    out: dict[str, int] = {}
+    for msg in messages:
+        m = _COMMIT_LINE.search(msg)
+        if m:
+            out[m[2]] = out.get(m[2], 0) + int(m[1])
+    return out

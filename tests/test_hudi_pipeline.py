@@ -15,6 +15,7 @@ dead-letter table together, as read by hudi-rs -- an independent Hudi reader.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from drivers import logged_records
 from drivers import run_driver as _run
 from kafka_fixtures import KafkaTestBroker, unique_topic
 
@@ -112,8 +114,9 @@ def referenced(base: Path) -> set[str]:
 
 
 def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
-    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="pipeline")
     topic = unique_topic("hudi")
     kafka_broker.create_topic(topic, 4)
     r1 = produce(
@@ -129,6 +132,11 @@ def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     assert stats.batches == 3 and stats.dead_letters == r1.malformed
     assert coords(tmp_path) == produced(r1)
     main = tmp_path / "lake" / "events"
+    # each table's commit line counts that table's records, not the batch's
+    assert logged_records(caplog.messages) == {
+        str(main): 4000 - r1.malformed,
+        f"{main}_dead_letter": r1.malformed,
+    }
     assert len(completed_commits(main)) == 3  # one Hudi commit per batch
     table = read(main)
     assert table is not None and table.num_rows == 4000 - r1.malformed

@@ -379,6 +379,8 @@ def test_retention_overtakes_a_stopped_driver(
     strict = run_driver(config)
     assert strict.returncode == 2, strict.stderr[-3000:]
     err = _last_error(strict.stderr)
+    # one line at default verbosity: Spark's ERROR and the traces go to the run's log file
+    assert strict.stderr.splitlines() == [err], strict.stderr[-3000:]
     print(f"retention past the committed offsets, failOnDataLoss=true: exit 2, {err}")
     assert f"{topic}[0]" in err and str(committed) in err and str(lost_to) in err, err
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -29,6 +30,7 @@ from kafka_fixtures import KafkaTestBroker, unique_topic
 from pipeline.app import Pipeline
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.kafka.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
+from pipeline.ops.runstate import read_run_state
 from pipeline.ops.verify import VerifyReport, compare, verify_pipeline
 from pipeline.ops.verify.ranges import (
     CommitRanges,
@@ -114,6 +116,7 @@ class Lake:
     produced: ProduceResult
     root: Path
     broker: KafkaTestBroker
+    run_states: list[str | None]  # the run state recorded, seen at each tick of the run
 
     def expected_per_partition(self) -> dict[int, int]:
         return {p: b - a + 1 for (_, p), (a, b) in self.produced.offsets.items()}
@@ -158,10 +161,12 @@ def lakes(
     root = tmp_path_factory.mktemp("verify")
     data = _config(root, kafka_broker.bootstrap_servers, topic)
     cfg = parse_config(data)
-    stats = Pipeline(cfg, spark).run()
+    states: list[str | None] = []
+    stats = Pipeline(cfg, spark).run(tick=lambda _: states.append(read_run_state(cfg).state))
     assert stats.batches == 2 and stats.records + stats.dead_letters == EVENTS
     return {
-        fmt: Lake(fmt, data, cfg, topic, result, root, kafka_broker) for fmt in ("iceberg", "hudi")
+        fmt: Lake(fmt, data, cfg, topic, result, root, kafka_broker, states)
+        for fmt in ("iceberg", "hudi")
     }
 
 
@@ -200,6 +205,21 @@ def _verify(lake: Lake, **kw: Any) -> VerifyReport:
     reports = verify_pipeline(lake.cfg, lake.fmt, **kw)  # type: ignore[arg-type]
     assert len(reports) == 1 and reports[0].table_format == lake.fmt
     return reports[0]
+
+
+def _cli(*argv: str) -> int:
+    """``ingest ARGV`` in-process (output to the captured stdout); its exit status."""
+    from pipeline.cli import main
+
+    try:
+        main(list(argv))
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+# EXACTLY ONCE that neither says "for <what was checked>" nor is a NOT EXACTLY ONCE
+BARE_VERDICT = re.compile(r"(?<!NOT )EXACTLY ONCE(?! for )")
 
 
 def _main_offsets(lake: Lake, partition: int) -> list[int]:
@@ -398,6 +418,8 @@ def test_clean_tables_verify_exactly_once(lake: Lake) -> None:
     assert report.dead_letter_table is not None  # malformed records were checked there too
     doc = report.to_dict()
     assert doc["ok"] is True and doc["totals"]["present"] == EVENTS
+    assert report.complete and doc["coverage"]["checked"] == doc["coverage"]["total"] == EVENTS
+    assert report.verdict().startswith(f"EXACTLY ONCE for all {EVENTS} committed records checked")
 
 
 def test_injected_duplicates_are_counted_and_fail_the_cli(lake: Lake) -> None:
@@ -464,7 +486,9 @@ def test_tiny_window_gives_the_same_verdict(lake: Lake) -> None:
     assert big["totals"]["duplicated"] == len(dups) > 0 and big["totals"]["expected"] == EVENTS
 
 
-def test_retention_after_commit_is_unverifiable_not_missing(lake: Lake) -> None:
+def test_retention_after_commit_is_unverifiable_not_missing(
+    lake: Lake, capsys: pytest.CaptureFixture[str]
+) -> None:
     # last in the module: deleting records cannot be undone (same cut in both formats)
     if lake.broker.embedded is None:
         pytest.skip("deleting records needs the embedded broker (the admin API is not used)")
@@ -474,7 +498,76 @@ def test_retention_after_commit_is_unverifiable_not_missing(lake: Lake) -> None:
     v = report.partitions[TopicPartition(lake.topic, 0)]
     assert v.unverifiable == cut and v.missing == 0 and v.unexpected == 0
     assert v.expected == lake.expected_per_partition()[0] - cut
-    assert report.ok, report.verdict()
+    assert report.ok and not report.complete, report.verdict()
+
+    # the CLI: the verdict states its coverage, never a bare EXACTLY ONCE; exit 0 by
+    # default, 1 with --require-full; the JSON report carries the coverage
+    config = str(lake.config_file())
+    args = ("verify", "--config", config, "--format", lake.fmt, "--no-payload")
+    assert _cli(*args) == 0
+    text = capsys.readouterr().out
+    assert BARE_VERDICT.search(text) is None, text
+    assert (
+        f"EXACTLY ONCE for the {EVENTS - cut:,} of {EVENTS:,} committed records checked; "
+        f"{cut} unverifiable (below the log start: deleted by retention" in text
+    ), text
+    assert "unverifiable/lost" in text and f"│ {lake.topic} " in text  # not cut (no tty)
+    out = lake.root / f"coverage-{lake.fmt}.json"
+    assert _cli(*args, "--require-full", "--json", str(out)) == 1
+    text = capsys.readouterr().out
+    assert BARE_VERDICT.search(text) is None and "--require-full:" in text, text
+    doc = json.loads(out.read_text())
+    assert doc["ok"] is True and doc["complete"] is False
+    cov = doc["reports"][0]["coverage"]
+    assert (cov["checked"], cov["unverifiable"], cov["total"]) == (EVENTS - cut, cut, EVENTS)
+    assert list(cov["unverifiable_reasons"].values()) == [cut]
+    assert "retention" in next(iter(cov["unverifiable_reasons"]))
+
+
+def test_status_after_a_data_loss_stop(
+    lakes: dict[str, Lake], spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ingest status`` on ``sink.format: both``: stopped, the stop's error line (kept
+    next to the checkpoint by ``Pipeline.run``), the journal from the Hudi timeline (where
+    ``both`` journals), and per partition the records already below the log start."""
+    from pipeline.commit.faults import FaultPoints
+    from pipeline.dual import DualSinks
+    from pipeline.errors import find_pipeline_error
+
+    lake = lakes["iceberg"]
+    if lake.broker.embedded is None:
+        pytest.skip("deleting records needs the embedded broker")
+    assert "running" in lake.run_states  # recorded once the fixture's query had started
+    assert read_run_state(lake.cfg).state == "stopped"  # then a clean stop
+    # retention deletes records the pipeline has not read yet: partition 1 loses them
+    more = produce(
+        lake.broker.bootstrap_servers, lake.topic, GeneratorSpec(count=30, seed=8), partitions=3
+    )
+    committed = lake.expected_per_partition()[1] + min(lake.produced.offsets[(lake.topic, 1)])
+    head = more.offsets[(lake.topic, 1)][1] + 1
+    lake.broker.embedded.delete_records(lake.topic, 1, head)
+    with pytest.raises(Exception) as failed:
+        Pipeline(lake.cfg, spark).run(timeout_s=120)
+    line = find_pipeline_error(failed.value)
+    assert line is not None and "retention" in line, failed.value
+    state = read_run_state(lake.cfg)
+    assert (state.state, state.error) == ("stopped", line)
+
+    assert _cli("status", "--config", str(lake.config_file())) == 0
+    text = capsys.readouterr().out
+    assert f"pipeline {lake.cfg.id}: STOPPED" in text, text
+    assert f"last error: {line}" in text
+    epochs = DualSinks.from_config(lake.cfg, FaultPoints("")).timeline(lake.cfg.id).epochs()
+    assert epochs and f"writer epoch: {epochs[-1]}" in text  # the Hudi-side journal
+    assert "table db.events:" in text and "Hudi table" in text
+    for header in ("log start", "high watermark", "committed", "lag", "below log start"):
+        assert header in text
+    # topic, partition, log start, high watermark, committed, lag, below log start
+    cells = rf"{lake.topic} +│ +1 +│ +{head} +│ +{head} +│ +{committed} +│ +(\d+) +│ +(\d+) +│"
+    row = re.search(cells, text)
+    assert row is not None, text
+    assert int(row.group(1)) == int(row.group(2)) == head - committed > 0
+    assert f"{head - committed} records in 1 partition(s) were deleted by retention" in text
 
 
 def test_value_decoder_bisects_to_the_undecodable_records() -> None:

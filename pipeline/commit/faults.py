@@ -2,7 +2,9 @@
 
 Armed by ``INGEST_FAULT=<point>:<action>[@<batch>][,…]`` in the environment or the config
 key ``faults`` (same syntax). ``action`` is ``kill`` (SIGKILL of this process: no
-``finally``, no flush, exactly like a lost pod) or ``raise`` (``FaultInjected``).
+``finally``, no flush, exactly like a lost pod), ``raise`` (``FaultInjected``) or
+``sleep=<seconds>`` (a slow step: the batch pauses there, then carries on; stop tests land
+a signal inside a batch with it).
 ``@<batch>`` limits the fault to one batch id. Unarmed points cost a dict lookup.
 
 Points (driver unless noted):
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 from pipeline.errors import ConfigError, PipelineError
@@ -61,13 +64,26 @@ def parse_faults(spec: str | None) -> dict[str, Fault]:
         action = action or "kill"
         if point not in POINTS:
             raise ConfigError(f"fault point {point!r} unknown; allowed: {', '.join(POINTS)}")
-        if action not in ("kill", "raise"):
-            raise ConfigError(f"fault action {action!r} unknown; allowed: kill, raise")
+        if action not in ("kill", "raise") and _sleep_seconds(action) is None:
+            raise ConfigError(
+                f"fault action {action!r} unknown; allowed: kill, raise, sleep=<seconds>"
+            )
         try:
             out[point] = Fault(point, action, int(batch) if batch else None)
         except ValueError:
             raise ConfigError(f"fault {item!r}: batch after @ must be an integer") from None
     return out
+
+
+def _sleep_seconds(action: str) -> float | None:
+    name, _, arg = action.partition("=")
+    if name != "sleep":
+        return None
+    try:
+        seconds = float(arg)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 class FaultPoints:
@@ -80,4 +96,8 @@ class FaultPoints:
             return
         if fault.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        seconds = _sleep_seconds(fault.action)
+        if seconds is not None:
+            time.sleep(seconds)
+            return
         raise FaultInjected(f"fault injected at {point} (batch {batch_id})")

@@ -874,7 +874,7 @@ class HudiCommitter:
             what,
             ts,
             len(descs),
-            cp.records,
+            sum(int(d["records"]) for d in descs),  # this table's, not the batch's
             self.hudi.base,
             time.monotonic() - started,
         )

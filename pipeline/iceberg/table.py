@@ -706,7 +706,7 @@ class IcebergTableSink:
             "%s: %d files, %d records in %s as snapshot %d (%.3fs)",
             what,
             len(files),
-            checkpoint.records,
+            sum(f.record_count for f in files),  # this table's; the checkpoint counts the batch
             self.name,
             snapshot_id,
             time.monotonic() - started,

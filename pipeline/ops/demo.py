@@ -8,6 +8,7 @@ and the exactly-once verdict computed from the tables themselves.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -20,6 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 
 from pipeline.commit.coordinator import BatchOutcome
+from pipeline.errors import ConfigError
+from pipeline.preflight import check_writable
 from pipeline.source.offsets import TopicPartition
 
 
@@ -57,6 +60,33 @@ def hudi_demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
         "trigger": {"mode": "available-now"},
         "metrics": {"enabled": False},
     }
+
+
+DEMO_MARKER = ".ingest-demo"
+DEMO_STATE = ("warehouse", "checkpoints", "hudi")  # everything the demo writes in its lake
+
+
+def claim_demo_lake(lake: Path) -> Path:
+    """The demo's lake, made ready for a new run: a new directory (marked as the demo's),
+    or one an earlier demo marked, whose demo state is cleared (its broker is new each
+    time, so old tables and checkpoints would not match). Any other directory is refused:
+    it may hold a user's tables and checkpoints."""
+    marker = lake / DEMO_MARKER
+    if lake.exists() and not marker.is_file():
+        if not lake.is_dir():
+            raise ConfigError(f"--lake {lake}: is a file, not a directory")
+        if any(lake.iterdir()):
+            raise ConfigError(
+                f"--lake {lake}: exists and was not created by `ingest demo` (no {DEMO_MARKER} "
+                "marker); the demo does not write into directories it does not own — "
+                "give --lake a new directory"
+            )
+    check_writable("--lake", str(lake))
+    lake.mkdir(parents=True, exist_ok=True)
+    marker.write_text("created by `ingest demo`; it clears warehouse/, checkpoints/, hudi/ here\n")
+    for name in DEMO_STATE:
+        shutil.rmtree(lake / name, ignore_errors=True)  # the demo's own earlier state
+    return lake
 
 
 def _hudi_reader() -> str:
@@ -117,10 +147,7 @@ def run_demo(
     from pipeline.ops.verify import compare, offsets_by_partition
 
     os.environ.setdefault("INGEST_SPARK_LOG_LEVEL", "ERROR")
-    lake = lake.resolve()
-    if lake.exists():
-        shutil.rmtree(lake)  # the demo's broker is new each time: start the lake afresh
-    lake.mkdir(parents=True)
+    lake = claim_demo_lake(lake.resolve())
     topic = "events"
     with EmbeddedBroker(num_brokers=3) as broker:
         broker.create_topic(topic, partitions)
@@ -242,14 +269,19 @@ def _print_summary(console: Console, report, main, dlq, lake: Path) -> None:  # 
         f"{main.scan().count() if main is not None else 0} rows; dead letters: "
         f"{dlq.scan().count() if dlq is not None else 0} rows"
     )
-    if snaps:
-        last = snaps[-1].summary
-        keys = {
-            k: v
-            for k, v in (last.additional_properties if last else {}).items()
-            if k.startswith("ingest.")
-        }
-        console.print(f"last snapshot checkpoint: {keys}")
+    last = snaps[-1].summary if snaps else None
+    if last is not None:
+        props = last.additional_properties
+        committed = json.loads(props.get("ingest.committed-offsets", "{}"))
+        ends = ", ".join(
+            f"{topic}[{p}]→{end}" for topic, parts in committed.items() for p, end in parts.items()
+        )
+        console.print(
+            f"last commit: batch {props.get('ingest.batch-id', '?')}, writer epoch "
+            f"{props.get('ingest.epoch', '?')}, instant {props.get('ingest.instant', '-')}; "
+            f"committed next offsets {ends or 'none'}",
+            soft_wrap=True,
+        )
     t = report.totals()
     verdict = "[bold green]EXACTLY ONCE[/]" if report.ok else "[bold red]MISMATCH[/]"
     console.print(

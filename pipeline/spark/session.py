@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import EnvironmentProblem
 
@@ -57,35 +60,81 @@ def build_spark(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no interface guessing
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
+    options = {"spark.app.name": app_name}
     if master:
-        builder = builder.master(master)
+        options["spark.master"] = master
     elif not os.environ.get("SPARK_MASTER") and "spark.master" not in (conf or {}):
         # Under spark-submit the master is already in the JVM's conf; getOrCreate keeps it.
-        builder = builder.config(
-            "spark.master", os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
-        )
+        options["spark.master"] = os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
     log4j = os.path.join(
         os.path.dirname(os.path.dirname(__file__)), "resources", "log4j2.properties"
     )
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"
-    defaults = {
-        "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.python.worker.reuse": "true",
-        "spark.sql.streaming.stopActiveRunOnRestart": "true",
-    }
-    for k, v in {**defaults, **dict(conf or {})}.items():
+    options.update(
+        {
+            "spark.driver.extraJavaOptions": java_opts,
+            "spark.executor.extraJavaOptions": java_opts,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.python.worker.reuse": "true",
+            "spark.sql.streaming.stopActiveRunOnRestart": "true",
+            **dict(conf or {}),
+        }
+    )
+    sigint = signal.getsignal(signal.SIGINT)
+    _launch_jvm(options)
+    builder = SparkSession.builder
+    for k, v in options.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    if _handles(sigint) and threading.current_thread() is threading.main_thread():
+        # SparkContext replaced it with one raising KeyboardInterrupt into any py4j call
+        signal.signal(signal.SIGINT, sigint)
     spark.sparkContext.setLogLevel(os.environ.get("INGEST_SPARK_LOG_LEVEL", "WARN"))
     register_source(spark)
     return spark
+
+
+def _handles(handler: object) -> bool:
+    """A handler of this program's own (``ingest run``'s graceful stop)."""
+    return callable(handler) and handler is not signal.default_int_handler
+
+
+def _launch_jvm(options: Mapping[str, str]) -> None:
+    """Start the driver JVM ourselves when the program needs more than PySpark's default:
+
+    - ``INGEST_LOG_FILE`` (``ingest run`` at default verbosity): the JVM's stderr (log4j's
+      console, its own warnings, Python workers' output) is appended to that file, so
+      stderr keeps only the one-line error;
+    - a SIGTERM handler of ours (graceful stop): the JVM starts with SIGTERM ignored (an
+      ignored signal survives exec, and the JVM then installs no handler of its own), so a
+      signal to the whole process group (``tini -g``, a terminal) stops only the driver,
+      which stops Spark between batches. SIGKILL of the group still ends both.
+
+    No-op when a JVM already runs (spark-submit started it, or an earlier session)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    log_file = os.environ.get("INGEST_LOG_FILE")
+    ours = signal.getsignal(signal.SIGTERM)
+    if not (log_file or _handles(ours)):
+        return
+    if SparkContext._active_spark_context is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    with contextlib.ExitStack() as stack:
+        popen: dict[str, Any] = {}
+        if log_file:
+            popen["stderr"] = stack.enter_context(open(log_file, "ab"))  # Popen dups it
+        if _handles(ours):
+            # a SIGTERM in this ~1 s window is dropped; the pod's grace period still ends it
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            stack.callback(signal.signal, signal.SIGTERM, ours)
+        gateway = launch_gateway(conf, popen_kwargs=popen)
+    SparkContext(conf=conf, gateway=gateway)  # the builder's getOrCreate picks it up
 
 
 _registered: set[int] = set()

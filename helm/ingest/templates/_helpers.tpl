@@ -119,6 +119,11 @@ one line naming the values to change.
 {{- if and (include "ingest.executorsMountState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" (include "ingest.accessModes" . | fromYamlArray))) -}}
 {{- fail "persistence.accessModes must include ReadWriteMany: with spark.mode=kubernetes the executor pods write data files into the warehouse (or Hudi base path) on that volume. Alternatively put pipeline.sink.catalog.warehouse on an object store, or use spark.mode=local." -}}
 {{- end -}}
+{{- $stopTimeout := 25.0 -}}
+{{- with $p.run -}}{{- if hasKey . "stopTimeoutSeconds" -}}{{- $stopTimeout = float64 .stopTimeoutSeconds -}}{{- end -}}{{- end -}}
+{{- if le (float64 $v.terminationGracePeriodSeconds) $stopTimeout -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed pipeline.run.stopTimeoutSeconds (%v): on SIGTERM the driver lets the running batch commit for up to stopTimeoutSeconds, then stops; Kubernetes kills the pod after the grace period." $v.terminationGracePeriodSeconds $stopTimeout) -}}
+{{- end -}}
 {{- if and (eq $v.spark.mode "kubernetes") (not $v.rbac.create) (not $v.serviceAccount.name) -}}
 {{- fail "spark.mode=kubernetes with rbac.create=false needs serviceAccount.name: a ServiceAccount allowed to create, watch and delete pods, services, configmaps and persistentvolumeclaims in the release namespace." -}}
 {{- end -}}

@@ -25,7 +25,14 @@ import pyarrow.compute as pc
 
 from pipeline.config import PipelineConfig
 from pipeline.ops.verify.kafka import KafkaWindow, KafkaWindowReader, LogStartMoved
-from pipeline.ops.verify.model import PartitionVerdict, RangeIssue, VerifyReport, _add_samples
+from pipeline.ops.verify.model import (
+    BELOW_LOG_START,
+    TOPIC_GONE,
+    PartitionVerdict,
+    RangeIssue,
+    VerifyReport,
+    _add_samples,
+)
 from pipeline.ops.verify.payload import ValueDecoder, differs
 from pipeline.ops.verify.ranges import (
     CommitRanges,
@@ -157,6 +164,9 @@ class TableCheck:
         existing = self.kafka.check_reachable(sorted({tp.topic for tp in plans}))
         for tp, plan in plans.items():
             verdict = self._partition(tp, plan, tp.topic in existing)
+            self.report.add_unverifiable(
+                BELOW_LOG_START if tp.topic in existing else TOPIC_GONE, verdict.unverifiable
+            )
             if tp in outside:
                 verdict.add(outside.pop(tp))
             self.report.partitions[tp] = verdict

@@ -13,7 +13,10 @@ Pure data (no I/O). Every count is about Kafka coordinates ``(topic, partition, 
 * ``lost``: offsets the commits record as skipped data loss (expected 0 rows there).
 
 A report is ``ok`` when nothing is missing, duplicated, unexpected or mismatched and the
-committed ranges have no gap or overlap.
+committed ranges have no gap or overlap; it is ``complete`` when nothing is unverifiable.
+Its coverage: ``checked`` (= expected) of ``checked + unverifiable`` committed records,
+and why the rest could not be checked (:data:`BELOW_LOG_START`, :data:`TOPIC_GONE`). The
+verdict line never says EXACTLY ONCE without saying how many records that covers.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from typing import Any
 from pipeline.source.offsets import TopicPartition
 
 SAMPLE_LIMIT = 10  # sample offsets kept per kind and partition
+
+# why committed offsets could not be checked (VerifyReport.unverifiable_reasons keys)
+BELOW_LOG_START = "below the log start: deleted by retention after commit, before verify"
+TOPIC_GONE = "topic no longer exists"
 
 COUNT_FIELDS = (
     "expected",
@@ -136,10 +143,56 @@ class VerifyReport:
     payload_checked: bool = True
     window: int = 0
     seconds: float = 0.0
+    # why offsets are unverifiable -> how many (sums to totals().unverifiable)
+    unverifiable_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
+        """Nothing wrong found in what could be checked."""
         return not self.range_issues and all(v.ok for v in self.partitions.values())
+
+    @property
+    def complete(self) -> bool:
+        """Every committed offset could be checked (nothing unverifiable)."""
+        return not any(v.unverifiable for v in self.partitions.values())
+
+    def add_unverifiable(self, reason: str, n: int) -> None:
+        if n:
+            self.unverifiable_reasons[reason] = self.unverifiable_reasons.get(reason, 0) + n
+
+    def coverage(self) -> dict[str, Any]:
+        """Checked / unverifiable / why, as the JSON report carries it."""
+        t = self.totals()
+        total = t.expected + t.unverifiable
+        reasons = dict(self.unverifiable_reasons)
+        unexplained = t.unverifiable - sum(reasons.values())
+        if unexplained > 0:
+            reasons[BELOW_LOG_START] = reasons.get(BELOW_LOG_START, 0) + unexplained
+        return {
+            "checked": t.expected,
+            "unverifiable": t.unverifiable,
+            "total": total,
+            "complete": t.unverifiable == 0,
+            "checked_fraction": round(t.expected / total, 6) if total else 1.0,
+            "unverifiable_reasons": dict(sorted(reasons.items())),
+        }
+
+    def coverage_text(self) -> str:
+        """``all 600 records checked`` or ``15,401 of 50,000 records checked; 34,599
+        unverifiable (<why>)``."""
+        c = self.coverage()
+        if c["complete"]:
+            return f"all {c['checked']:,} committed records checked"
+        reasons = c["unverifiable_reasons"]
+        why = (
+            next(iter(reasons))
+            if len(reasons) == 1
+            else "; ".join(f"{n:,} {r}" for r, n in reasons.items())
+        )
+        return (
+            f"{c['checked']:,} of {c['total']:,} committed records checked; "
+            f"{c['unverifiable']:,} unverifiable ({why})"
+        )
 
     def totals(self) -> PartitionVerdict:
         total = PartitionVerdict()
@@ -148,9 +201,25 @@ class VerifyReport:
         return total
 
     def verdict(self) -> str:
-        """One line: ``EXACTLY ONCE …`` or ``NOT EXACTLY ONCE …`` with the totals."""
+        """One line with the coverage first, then the totals:
+
+        * ``EXACTLY ONCE for all N committed records checked (…)``: clean and complete;
+        * ``EXACTLY ONCE for the 15,401 of 50,000 committed records checked; 34,599
+          unverifiable (why) (…)``: clean, but only for what could be checked;
+        * ``NOTHING VERIFIED: 0 of N …``: every committed record is unverifiable;
+        * ``NOT EXACTLY ONCE (…): …; <coverage>``: something is wrong.
+        """
         t = self.totals()
-        head = "EXACTLY ONCE" if self.ok else "NOT EXACTLY ONCE"
+        where = f"({self.table_format} {self.table})"
+        cov = self.coverage_text()
+        if not self.ok:
+            head = f"NOT EXACTLY ONCE {where}, {cov}"
+        elif self.complete:
+            head = f"EXACTLY ONCE for {cov} {where}"
+        elif t.expected == 0:
+            head = f"NOTHING VERIFIED {where}: {cov}"
+        else:
+            head = f"EXACTLY ONCE for the {cov} {where}"
         parts = [
             f"{t.expected} expected",
             f"{t.present} present",
@@ -161,11 +230,11 @@ class VerifyReport:
         if self.payload_checked:
             parts.append(f"{t.mismatched} mismatched")
         if t.unverifiable:
-            parts.append(f"{t.unverifiable} unverifiable (below the log start)")
+            parts.append(f"{t.unverifiable} unverifiable")
         if t.lost:
             parts.append(f"{t.lost} lost (recorded data loss)")
         parts.append(f"{len(self.range_issues)} range issues")
-        return f"{head} ({self.table_format} {self.table}): " + ", ".join(parts)
+        return f"{head}: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +242,8 @@ class VerifyReport:
             "table": self.table,
             "dead_letter_table": self.dead_letter_table,
             "ok": self.ok,
+            "complete": self.complete,
+            "coverage": self.coverage(),
             "verdict": self.verdict(),
             "commits": self.commits,
             "payload_checked": self.payload_checked,

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from pipeline.ops.verify.model import PartitionVerdict, VerifyReport
+
+WIDE = 1000  # columns of a console that is not a terminal: tables at their natural width
 
 
 def _range_text(v: PartitionVerdict) -> str:
@@ -82,11 +85,27 @@ def print_report(console: Console, report: VerifyReport) -> None:
             console.print(f"  {issue}", highlight=False, markup=False)
     for note in report.notes:
         console.print(f"  note: {note}", highlight=False, markup=False)
-    colour = "green" if report.ok else "red"
-    console.print(f"[bold {colour}]{report.verdict()}[/] ({report.seconds:.1f}s)")
+    colour = "red" if not report.ok else "green" if report.complete else "yellow"
+    console.print(
+        f"[bold {colour}]{escape(report.verdict())}[/] ({report.seconds:.1f}s)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def untruncated(console: Console) -> Console:
+    """``console`` itself on a terminal; otherwise (a pipe, a CI log) a console as wide as
+    any table needs, so no column is ever cut to ``part…``. Same file, no colour."""
+    if console.is_terminal:
+        return console
+    return Console(file=console.file, width=WIDE, highlight=False)
 
 
 def write_json(path: Path, reports: list[VerifyReport]) -> None:
-    doc = {"ok": all(r.ok for r in reports), "reports": [r.to_dict() for r in reports]}
+    doc = {
+        "ok": all(r.ok for r in reports),
+        "complete": all(r.complete for r in reports),
+        "reports": [r.to_dict() for r in reports],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")

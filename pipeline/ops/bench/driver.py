@@ -15,7 +15,7 @@ stdout/stderr to files and samples the whole process tree with psutil:
 * A time series ``(epoch seconds, CPU seconds so far)`` so CPU can be taken over the
   steady part of a run only (between two batch commits).
 * Batches: the JSON lines of the ``pipeline.batches`` logger (pipeline/ops/logs.py) that
-  ``ingest run`` prints on stderr, parsed as they appear.
+  ``ingest run`` prints on stdout, parsed as they appear.
 
 Nothing here interprets the numbers; :mod:`pipeline.ops.bench.stats` does.
 """
@@ -227,7 +227,7 @@ class DriverRun:
     def poll_batches(self) -> list[BatchLine]:
         """New batch lines since the last call (also collected into ``self.batches``)."""
         try:
-            with open(self.err_path, "rb") as f:
+            with open(self.out_path, "rb") as f:  # ingest run logs on stdout
                 f.seek(self._read_pos)
                 chunk = f.read()
         except FileNotFoundError:
@@ -250,7 +250,7 @@ class DriverRun:
     def endpoint(self) -> str | None:
         """The driver's metrics/health base URL, once it logged it."""
         try:
-            text = self.err_path.read_text(errors="replace")
+            text = self.out_path.read_text(errors="replace")  # ingest run logs on stdout
         except FileNotFoundError:
             return None
         i = text.find(ENDPOINT_MARK)

@@ -229,6 +229,15 @@ class DriverProcess:
         except FileNotFoundError:
             return ""
 
+    def log(self) -> str:
+        """The driver's log lines: ``ingest run`` writes them to stdout (stderr keeps the
+        one-line error; with ``--verbose`` everything is on stderr)."""
+        try:
+            out = self.out_path.read_text(errors="replace")
+        except FileNotFoundError:
+            out = ""
+        return out + self.stderr()
+
     def error_line(self) -> str:
         """The operator one-liner (``error: …``) the driver printed, if any."""
         lines = [ln for ln in self.stderr().splitlines() if ln.startswith("error: ")]
@@ -236,7 +245,7 @@ class DriverProcess:
 
     def batch_lines(self) -> list[dict[str, Any]]:
         out = []
-        for ln in self.stderr().splitlines():
+        for ln in self.log().splitlines():
             _, mark, rest = ln.partition(BATCH_LOG_MARK)
             if mark and rest.startswith("{"):
                 with contextlib.suppress(ValueError):
@@ -479,7 +488,7 @@ class Rig:
         # Recovery logs each recommit before committing, so an instant whose recommit was
         # itself killed (the next run finishes it) still counts once; batch log lines
         # alone undercount kill drills.
-        recommitted = {m[1] for d in self.drivers for m in RECOMMIT_LINE.finditer(d.stderr())}
+        recommitted = {m[1] for d in self.drivers for m in RECOMMIT_LINE.finditer(d.log())}
         self.result.recommits = len(recommitted)
         try:
             from pipeline.commit.instant import InstantState

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.commit.coordinator import BatchOutcome, Coordinator, StagedBatch
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import PipelineConfig
 from pipeline.errors import FencedError, PipelineError
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +53,18 @@ class RunStats:
 class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
         from pipeline.commit.faults import FaultPoints
-        from pipeline.iceberg.sinks import IcebergSinks
+        from pipeline.formats.iceberg.sinks import IcebergSinks
         from pipeline.preflight import check_paths
 
         check_paths(cfg)  # before anything is created or an epoch taken
         self.cfg = cfg
         self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         if cfg.sink.format == "hudi":
-            from pipeline.hudi.sinks import HudiSinks
+            from pipeline.formats.hudi.sinks import HudiSinks
 
             self.sinks: Any = HudiSinks.from_config(cfg)
         elif cfg.sink.format == "both":
-            from pipeline.dual import DualSinks
+            from pipeline.formats.both import DualSinks
 
             self.sinks = DualSinks.from_config(cfg, self.faults)
         else:
@@ -171,9 +171,9 @@ class Pipeline:
     # -- the batch ----------------------------------------------------------------------
     def _incarnation_id(self) -> str:
         if self._incarnation is None:
-            from pipeline.spark.checkpoint import SparkCheckpoint
+            from pipeline.spark.offset_log import SparkOffsetLog
 
-            self._incarnation = SparkCheckpoint(self.spark, self.cfg.checkpoint_location).query_id()
+            self._incarnation = SparkOffsetLog(self.spark, self.cfg.checkpoint_location).query_id()
         return self._incarnation
 
     def process_batch(self, df: Any, batch_id: int) -> None:
@@ -210,10 +210,10 @@ class Pipeline:
         log.info("batch %d was planned as the query stopped: the next run processes it", batch_id)
 
     def _process_batch(self, df: Any, batch_id: int) -> None:
-        from pipeline.spark.checkpoint import SparkCheckpoint
+        from pipeline.spark.offset_log import SparkOffsetLog
         from pipeline.spark.writer import RESULT_DDL, collect_staged, make_task_function
 
-        ckpt = SparkCheckpoint(df.sparkSession, self.cfg.checkpoint_location)
+        ckpt = SparkOffsetLog(df.sparkSession, self.cfg.checkpoint_location)
         end = ckpt.offsets(batch_id)
         if end is None:
             raise PipelineError(f"offset log entry for batch {batch_id} is missing")
@@ -292,8 +292,8 @@ class Pipeline:
         self, spark: Any, plan: Any, start: PartitionOffsets, end: PartitionOffsets
     ) -> StagedBatch:
         """``decode.engine: arrow``: one task per packed group of the batch's ranges."""
-        from pipeline.decode_arrow import ArrowDecoder
-        from pipeline.source.offsets import batch_ranges, pack_ranges, split_ranges
+        from pipeline.commit.offsets import batch_ranges, pack_ranges, split_ranges
+        from pipeline.decode.arrow import ArrowDecoder
         from pipeline.spark.writer import (
             RESULT_DDL,
             ReadPlan,
@@ -353,7 +353,7 @@ class Pipeline:
 
     # -- the query ----------------------------------------------------------------------
     def start(self) -> Any:
-        from pipeline.decode import decode
+        from pipeline.decode.spark import decode
         from pipeline.source.datasource import SOURCE_NAME
 
         if not self._broker_checked:  # run() already checked it
@@ -394,14 +394,14 @@ class Pipeline:
 
         The run state (``running`` once the query started, then ``stopped`` with the
         error line) is kept next to the checkpoint for ``ingest status``."""
-        from pipeline.ops.runstate import error_line, record_run_state
+        from pipeline.observe.runstate import error_line, record_run_state
 
         try:
             self.check_broker()  # fail fast, before any endpoint or Spark starts
             self._broker_checked = True
             metrics = None  # started here, stopped here; one attached by the caller stays up
             if self.cfg.metrics.enabled and self.metrics is None:
-                from pipeline.ops.metrics import attach
+                from pipeline.observe.metrics import attach
 
                 metrics = attach(self)  # /metrics, /healthz, /readyz, lag thread, batch log
             try:
@@ -462,7 +462,7 @@ class Pipeline:
 
     def _record_running(self) -> None:
         """``ingest status`` reads this (and the metrics URL, when serving) after we die."""
-        from pipeline.ops.runstate import record_run_state
+        from pipeline.observe.runstate import record_run_state
 
         m = self.metrics
         url = m.url if m is not None and m.port else None

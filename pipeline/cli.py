@@ -185,7 +185,7 @@ def demo(
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 600.0,
 ) -> None:
     """Embedded broker + event generator + pipeline into LAKE, then verify exactly-once."""
-    from pipeline.ops.demo import run_demo
+    from pipeline.tools.demo import run_demo
 
     _setup_logging(False)
     logging.getLogger().setLevel(logging.WARNING)
@@ -198,8 +198,8 @@ def status(config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Running or stopped (and the last error), the instant journal, the table(s)' last
     batch, and per partition: log start, high watermark, committed offset, lag and the
     records already deleted below the log start."""
-    from pipeline.ops.status import print_status
-    from pipeline.ops.verify.render import untruncated
+    from pipeline.tools.status import print_status
+    from pipeline.tools.verify.render import untruncated
 
     cfg = _load_config(config, set_)
     print_status(cfg, untruncated(out))
@@ -230,8 +230,8 @@ def verify(
     verdict states its coverage: records checked, unverifiable, and why."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from pipeline.ops.verify import verify_pipeline
-    from pipeline.ops.verify.render import print_report, untruncated, write_json
+    from pipeline.tools.verify import verify_pipeline
+    from pipeline.tools.verify.render import print_report, untruncated, write_json
 
     cfg = _load_config(config, set_)
     if format_ not in (None, "iceberg", "hudi"):
@@ -285,7 +285,7 @@ def broker(
     For local experiments and tests: it keeps at most ~5 MB / 100k message sets per
     partition and deletes older records (as retention would), and supports neither
     transactions (read_committed) nor timestamp look-ups."""
-    from pipeline.kafka.mock import run_broker_forever
+    from pipeline.tools.broker import run_broker_forever
 
     topics: dict[str, int] = {}
     for spec in topic or ["events:8"]:
@@ -318,8 +318,8 @@ def produce(
     seed: Annotated[int, typer.Option()] = 42,
 ) -> None:
     """Produce generated JSON events (idempotent producer)."""
-    from pipeline.kafka.generator import GeneratorSpec
-    from pipeline.kafka.generator import produce as do_produce
+    from pipeline.tools.generator import GeneratorSpec
+    from pipeline.tools.generator import produce as do_produce
 
     spec = GeneratorSpec(
         count=count, rate=rate, key_cardinality=keys, malformed_fraction=malformed, seed=seed
@@ -353,7 +353,7 @@ def drill(
     ] = None,
 ) -> None:
     """Failover drills: live producer, the pipeline as a process, injected faults, verify."""
-    from pipeline.ops.drill.runner import DrillOptions, run_drills, select
+    from pipeline.tools.drill.runner import DrillOptions, run_drills, select
 
     _setup_logging(False)
     logging.getLogger().setLevel(logging.WARNING)
@@ -403,7 +403,7 @@ def bench(
 ) -> None:
     """Benchmark: raw ceiling, throughput, exactly-once overhead, commit latency and growth,
     recovery, memory, freshness, CPU per record (docs/bench.md)."""
-    from pipeline.ops.bench.runner import BenchOptions, run_bench
+    from pipeline.tools.bench.runner import BenchOptions, run_bench
 
     _setup_logging(False)
     logging.getLogger().setLevel(logging.WARNING)

@@ -106,7 +106,7 @@ def _raw_ceiling(bootstrap: str, topic: str, partitions: int, out_dir: Path) -> 
 def _pipeline(
     bootstrap: str, topic: str, records: int, batches: int, variant: str, work: Path
 ) -> dict[str, float]:
-    from pipeline.kafka.generator import event_schema_fields
+    from pipeline.tools.generator import event_schema_fields
 
     engine, mode, cores = variant.split(":")
     work.mkdir(parents=True)
@@ -172,8 +172,8 @@ def main() -> None:
     if args.child:
         _child(args.child)
         return
-    from pipeline.kafka.generator import GeneratorSpec, produce
-    from pipeline.kafka.mock import EmbeddedBroker
+    from pipeline.tools.generator import GeneratorSpec, produce
+    from pipeline.tools.broker import EmbeddedBroker
 
     variants = args.variant or ["arrow:exactly-once:2", "spark:exactly-once:2"]
     broker = EmbeddedBroker().start()

@@ -32,6 +32,6 @@ def spark() -> Iterator[Any]:
 
 def postgres_uri() -> str | None:
     """A reachable PostgreSQL catalog URI (trust auth on 127.0.0.1:5432), else None."""
-    from pipeline.ops.pgcluster import shared_server_uri
+    from pipeline.tools.pgcluster import shared_server_uri
 
     return shared_server_uri()

@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.kafka.mock import EmbeddedBroker
+from pipeline.tools.broker import EmbeddedBroker
 
 __all__ = [
     "KafkaTestBroker",

@@ -1,6 +1,6 @@
 """A private PostgreSQL cluster fixture for catalog-outage tests (stop/start at will).
 
-Thin wrapper over :mod:`pipeline.ops.pgcluster`; never touches the shared server on
+Thin wrapper over :mod:`pipeline.tools.pgcluster`; never touches the shared server on
 5432. Import the fixture into a test module::
 
     from pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.ops.pgcluster import PgCluster, PgClusterUnavailable, available
+from pipeline.tools.pgcluster import PgCluster, PgClusterUnavailable, available
 
 
 @pytest.fixture(name="pg_cluster")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
-from pipeline.ops.bench import stats
-from pipeline.ops.bench.driver import BatchLine
-from pipeline.ops.bench.presets import QUICK
-from pipeline.ops.bench.report import CHARTS
+from pipeline.tools.bench import stats
+from pipeline.tools.bench.driver import BatchLine
+from pipeline.tools.bench.presets import QUICK
+from pipeline.tools.bench.report import CHARTS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS = (

@@ -99,8 +99,8 @@ def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Pa
     from kafka_fixtures import unique_topic
 
     from pipeline.config import load_config
-    from pipeline.iceberg.sinks import IcebergSinks
-    from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+    from pipeline.formats.iceberg.sinks import IcebergSinks
+    from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
     topic = unique_topic("submit")
     kafka_broker.create_topic(topic, 2)

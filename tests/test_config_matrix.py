@@ -346,7 +346,7 @@ def test_raw_mode_without_headers_keeps_key_and_value(
     """Issue 19: ``decode: {format: raw}``, default ``includeHeaders: false``, earliest,
     Iceberg: 500 JSON records in a 2-partition topic, all committed exactly once with
     their key/value bytes (the decoder left out the raw table's ``headers`` column)."""
-    from pipeline.kafka.generator import GeneratorSpec, generate_events, produce
+    from pipeline.tools.generator import GeneratorSpec, generate_events, produce
 
     topic = unique_topic("rawnh")
     kafka_broker.create_topic(topic, 2)

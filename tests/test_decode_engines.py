@@ -14,11 +14,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from pipeline.commit.offsets import OffsetRange, pack_ranges
 from pipeline.config import DecodeConfig
-from pipeline.decode import decode
-from pipeline.decode_arrow import ArrowDecoder
-from pipeline.iceberg.schema import FieldSpec, build_schema, spark_ddl
-from pipeline.source.offsets import OffsetRange, pack_ranges
+from pipeline.decode.arrow import ArrowDecoder
+from pipeline.decode.spark import decode
+from pipeline.formats.iceberg.schema import FieldSpec, build_schema, spark_ddl
 from pipeline.source.reader import record_schema
 
 SCHEMA = [

@@ -702,8 +702,8 @@ def test_rendered_driver_command_commits_locally(helm: Any, tmp_path: Path) -> N
     ConfigMap) on this machine: local master, embedded broker, state under tmp_path. Only
     what differs between a pod and this machine is overridden with --set."""
     from pipeline.config import load_config
-    from pipeline.kafka.generator import GeneratorSpec, produce
-    from pipeline.kafka.mock import EmbeddedBroker
+    from pipeline.tools.broker import EmbeddedBroker
+    from pipeline.tools.generator import GeneratorSpec, produce
 
     default_docs = render(helm)
     docs = render(helm, None, "spark.mode=local")

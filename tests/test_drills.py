@@ -17,9 +17,9 @@ import pytest
 from rich.console import Console
 
 from pipeline.errors import ConfigError
-from pipeline.ops.drill.model import DrillResult, FaultEvent, Sample
-from pipeline.ops.drill.report import write_json, write_timeline
-from pipeline.ops.drill.runner import DrillOptions, run_drills, select
+from pipeline.tools.drill.model import DrillResult, FaultEvent, Sample
+from pipeline.tools.drill.report import write_json, write_timeline
+from pipeline.tools.drill.runner import DrillOptions, run_drills, select
 
 
 def _run(tmp_path: Path, matrix: str, scenarios: list[str], kills: int) -> dict:

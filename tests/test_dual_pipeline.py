@@ -23,7 +23,7 @@ from test_pipeline_iceberg import coords, produced
 
 from pipeline.app import Pipeline
 from pipeline.config import load_config, parse_config
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 hudi = pytest.importorskip("hudi")
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from pipeline.kafka.generator import (
+from pipeline.tools.broker import EmbeddedBroker, run_broker_forever
+from pipeline.tools.generator import (
     GeneratorSpec,
     event_schema_fields,
     event_types,
@@ -32,7 +33,6 @@ from pipeline.kafka.generator import (
     is_valid_event,
     produce,
 )
-from pipeline.kafka.mock import EmbeddedBroker, run_broker_forever
 
 try:
     from tests.kafka_fixtures import KafkaTestBroker, unique_topic

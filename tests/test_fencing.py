@@ -26,12 +26,12 @@ from kafka_fixtures import KafkaTestBroker, unique_topic
 from test_pipeline_iceberg import coords, produced
 
 from pipeline.commit.coordinator import Coordinator, PartitionStats, StagedBatch
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import parse_config
 from pipeline.errors import FencedError
-from pipeline.iceberg.sinks import IcebergCommitter, IcebergSinks
-from pipeline.iceberg.writer import write_data_files
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
+from pipeline.formats.iceberg.sinks import IcebergCommitter, IcebergSinks
+from pipeline.formats.iceberg.writer import write_data_files
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 TP = TopicPartition("events", 0)
@@ -90,7 +90,7 @@ class _RacingCommitter(IcebergCommitter):
         self.between = between
 
     def commit(self, files: list[bytes], checkpoint: Any) -> None:
-        from pipeline.iceberg.table import CommitCheckpoint
+        from pipeline.formats.iceberg.table import CommitCheckpoint
 
         fired = []
 

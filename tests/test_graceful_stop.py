@@ -29,7 +29,7 @@ import yaml
 from kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.config import load_config
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 20.0
@@ -103,10 +103,10 @@ class Driver:
 
 def _sinks(cfg: Any) -> Any:
     if cfg.sink.format == "hudi":
-        from pipeline.hudi.sinks import HudiSinks
+        from pipeline.formats.hudi.sinks import HudiSinks
 
         return HudiSinks.from_config(cfg)
-    from pipeline.iceberg.sinks import IcebergSinks
+    from pipeline.formats.iceberg.sinks import IcebergSinks
 
     return IcebergSinks.from_config(cfg)
 
@@ -211,9 +211,7 @@ def _mid_batch_then_idle(kafka_broker: KafkaTestBroker, tmp_path: Path, fmt: str
     assert _coords(driver.cfg) == want
 
 
-def test_sigterm_mid_batch_and_idle_iceberg(
-    kafka_broker: KafkaTestBroker, tmp_path: Path
-) -> None:
+def test_sigterm_mid_batch_and_idle_iceberg(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     _mid_batch_then_idle(kafka_broker, tmp_path, "iceberg")
 
 

@@ -1,7 +1,7 @@
 """The native Hudi writer and committer without Spark: real files, read back with hudi-rs.
 
-Tables are written with :func:`pipeline.hudi.writer.write_base_files` and
-:class:`pipeline.hudi.table.HudiCommitter` (and, for the protocol tests, the real
+Tables are written with :func:`pipeline.formats.hudi.writer.write_base_files` and
+:class:`pipeline.formats.hudi.table.HudiCommitter` (and, for the protocol tests, the real
 :class:`~pipeline.commit.coordinator.Coordinator` and the real worker loop
 ``pipeline.spark.writer.run_task``), then read with the ``hudi`` package (hudi-rs), an
 independent reader. Nothing is mocked: crashes are injected fault points (``raise``) and
@@ -31,15 +31,15 @@ from pipeline.commit.coordinator import Checkpoint, Coordinator, StagedBatch
 from pipeline.commit.faults import FaultInjected, FaultPoints
 from pipeline.commit.instant import BatchIdentity, InstantState, Requested, next_instant_time
 from pipeline.commit.journal import AlreadyExists
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import parse_config
 from pipeline.errors import CommitError, ConfigError, FencedError
-from pipeline.hudi.layout import BASE_FILE, PARTITION_METADATA
-from pipeline.hudi.schema import HudiTableSpec
-from pipeline.hudi.sinks import HudiSinks
-from pipeline.hudi.table import HudiCommitter, HudiTable
-from pipeline.hudi.writer import write_base_files
-from pipeline.iceberg.schema import FieldSpec, build_schema, dead_letter_schema
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
+from pipeline.formats.hudi.layout import BASE_FILE, PARTITION_METADATA
+from pipeline.formats.hudi.schema import HudiTableSpec
+from pipeline.formats.hudi.sinks import HudiSinks
+from pipeline.formats.hudi.table import HudiCommitter, HudiTable
+from pipeline.formats.hudi.writer import write_base_files
+from pipeline.formats.iceberg.schema import FieldSpec, build_schema, dead_letter_schema
 from pipeline.spark.writer import collect_staged, run_task
 
 hudi = pytest.importorskip("hudi")
@@ -398,8 +398,8 @@ def test_old_commits_leave_the_timeline_and_their_ranges_are_carried_forward(
     tmp_path: Path,
 ) -> None:
     from pipeline.commit.history import RANGES_BEFORE_KEY
-    from pipeline.ops.verify.ranges import CommitRanges, plan_partitions, range_issues
-    from pipeline.ops.verify.tables import HudiSource
+    from pipeline.tools.verify.ranges import CommitRanges, plan_partitions, range_issues
+    from pipeline.tools.verify.tables import HudiSource
 
     base = tmp_path / "events"
     c = HudiCommitter(HudiTable(make_spec(base)), max_commits=10, trim_every=5)
@@ -567,9 +567,9 @@ def test_fence_refuses_commits_of_older_epochs(tmp_path: Path) -> None:
 
 _HOLDER = """
 import sys, time
-from pipeline.hudi.table import HudiCommitter, HudiTable
-from pipeline.hudi.schema import HudiTableSpec
-from pipeline.iceberg.schema import FieldSpec, build_schema
+from pipeline.formats.hudi.table import HudiCommitter, HudiTable
+from pipeline.formats.hudi.schema import HudiTableSpec
+from pipeline.formats.iceberg.schema import FieldSpec, build_schema
 fields = [FieldSpec(*f) for f in {fields!r}]
 spec = HudiTableSpec.build({base!r}, "db", "events", build_schema(fields), (), ("country",))
 c = HudiCommitter(HudiTable(spec))

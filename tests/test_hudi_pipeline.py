@@ -34,8 +34,8 @@ from kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.app import Pipeline
 from pipeline.config import load_config, parse_config
-from pipeline.hudi.sinks import HudiSinks
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.formats.hudi.sinks import HudiSinks
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 hudi = pytest.importorskip("hudi")
 
@@ -116,7 +116,9 @@ def referenced(base: Path) -> set[str]:
 def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="pipeline.hudi.table")  # a drill may quiet parents
+    caplog.set_level(
+        logging.INFO, logger="pipeline.formats.hudi.table"
+    )  # a drill may quiet parents
     topic = unique_topic("hudi")
     kafka_broker.create_topic(topic, 4)
     r1 = produce(

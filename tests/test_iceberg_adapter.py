@@ -1,4 +1,5 @@
-"""pipeline.iceberg against real pyiceberg catalogs: SQLite (always) and PostgreSQL (when up).
+"""pipeline.formats.iceberg against real pyiceberg catalogs: SQLite (always) and PostgreSQL
+(when up).
 
 No mocks: files are written with pyiceberg's writer into a warehouse under tmp_path and
 committed through a real catalog. Concurrent writers are real second IcebergTableSink
@@ -52,8 +53,9 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import CommitError, ConfigError, find_pipeline_error
-from pipeline.iceberg.schema import (
+from pipeline.formats.iceberg.schema import (
     KAFKA_COLUMNS,
     FieldSpec,
     arrow_schema,
@@ -63,7 +65,7 @@ from pipeline.iceberg.schema import (
     parse_type,
     spark_ddl,
 )
-from pipeline.iceberg.table import (
+from pipeline.formats.iceberg.table import (
     COMMITTED_OFFSETS_KEY,
     PIPELINE_ID_KEY,
     CommitCheckpoint,
@@ -71,7 +73,7 @@ from pipeline.iceberg.table import (
     WriterFencedError,
     load_catalog,
 )
-from pipeline.iceberg.writer import (
+from pipeline.formats.iceberg.writer import (
     DataFileWriteError,
     WriteContext,
     _transform_array,
@@ -79,7 +81,6 @@ from pipeline.iceberg.writer import (
     serialize_data_file,
     write_data_files,
 )
-from pipeline.source.offsets import TopicPartition
 
 UTC = dt.UTC
 FIELDS = [
@@ -1068,9 +1069,9 @@ def test_load_catalog_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_old_snapshots_expire_and_their_ranges_are_carried_forward(catalog: Catalog) -> None:
-    from pipeline.iceberg.table import RANGES_BEFORE_KEY
-    from pipeline.ops.verify.ranges import CommitRanges, plan_partitions, range_issues
-    from pipeline.ops.verify.tables import IcebergSource
+    from pipeline.formats.iceberg.table import RANGES_BEFORE_KEY
+    from pipeline.tools.verify.ranges import CommitRanges, plan_partitions, range_issues
+    from pipeline.tools.verify.tables import IcebergSource
 
     sink = make_sink(catalog, max_snapshots=10, expire_every=5)
     ids = [write_and_commit(sink, b, b * 3, 3) for b in range(30)]

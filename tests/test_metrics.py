@@ -28,10 +28,10 @@ from kafka_fixtures import KafkaTestBroker, unique_topic
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.commit.coordinator import BatchOutcome
+from pipeline.commit.offsets import BrokerOffsets, PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError, FencedError, PipelineError
-from pipeline.ops.logs import BATCH_LOGGER, batch_log_line
-from pipeline.ops.metrics import OUTCOMES, PHASES, PipelineMetrics, attach, split_by_weight
-from pipeline.source.offsets import BrokerOffsets, PartitionOffsets, TopicPartition
+from pipeline.observe.logs import BATCH_LOGGER, batch_log_line
+from pipeline.observe.metrics import OUTCOMES, PHASES, PipelineMetrics, attach, split_by_weight
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
@@ -532,7 +532,7 @@ def test_prometheus_scrapes_a_running_pipeline(
     binary = _need("prometheus")
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
-    from pipeline.kafka.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
+    from pipeline.tools.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
 
     # Prometheus first: its ≈5 s target sync overlaps with producing and set-up.
     exporter_port = _free_port()

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pipeline.errors import ConfigError
-from pipeline.ops.demo import DEMO_MARKER, claim_demo_lake
+from pipeline.tools.demo import DEMO_MARKER, claim_demo_lake
 
 ROOT = Path(__file__).resolve().parent.parent
 

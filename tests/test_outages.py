@@ -35,9 +35,9 @@ from pipeline.app import Pipeline
 from pipeline.commit.faults import FaultPoints
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
-from pipeline.iceberg.table import DATA_LOSS_KEY
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
-from pipeline.ops.pgcluster import PgCluster
+from pipeline.formats.iceberg.table import DATA_LOSS_KEY
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.pgcluster import PgCluster
 
 
 def _config(
@@ -385,7 +385,7 @@ def test_retention_overtakes_a_stopped_driver(
     assert f"{topic}[0]" in err and str(committed) in err and str(lost_to) in err, err
 
     # failOnDataLoss=false, in-process so the metrics registry can be read afterwards
-    from pipeline.ops.metrics import attach
+    from pipeline.observe.metrics import attach
 
     lenient = parse_config({**data, "source": {**data["source"], "failOnDataLoss": False}})
     p = Pipeline(lenient, spark)

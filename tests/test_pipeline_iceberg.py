@@ -21,7 +21,7 @@ from kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,8 +81,8 @@ def produced(*results: Any) -> Counter[tuple[str, int, int]]:
 def test_exactly_once_with_dead_letters_restart_and_replay(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # the in-process drill quiets "pipeline.iceberg" for its display: ask the module itself
-    caplog.set_level(logging.INFO, logger="pipeline.iceberg.table")
+    # the in-process drill quiets "pipeline.formats.iceberg" for its display: ask the module itself
+    caplog.set_level(logging.INFO, logger="pipeline.formats.iceberg.table")
     topic = unique_topic("pipe")
     kafka_broker.create_topic(topic, 4)
     r1 = produce(

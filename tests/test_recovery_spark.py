@@ -28,7 +28,7 @@ from test_pipeline_iceberg import coords, make_config, produced
 
 from pipeline.app import Pipeline
 from pipeline.commit.instant import InstantState
-from pipeline.kafka.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 

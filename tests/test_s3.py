@@ -35,19 +35,19 @@ from pipeline.commit.journal import (
     LocalJournalStore,
     encode_entry,
 )
-from pipeline.commit.s3journal import (
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.errors import ConfigError
+from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema
+from pipeline.formats.iceberg.sinks import IcebergCommitter
+from pipeline.formats.iceberg.table import CommitCheckpoint, IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.writer import write_data_files
+from pipeline.storage.fs import filesystem_for
+from pipeline.storage.s3 import (
     JournalStoreError,
     S3JournalStore,
     S3Settings,
     journal_store_for,
 )
-from pipeline.errors import ConfigError
-from pipeline.iceberg.fs import filesystem_for
-from pipeline.iceberg.schema import FieldSpec, build_partition_spec, build_schema
-from pipeline.iceberg.sinks import IcebergCommitter
-from pipeline.iceberg.table import CommitCheckpoint, IcebergTableSink, load_catalog
-from pipeline.iceberg.writer import write_data_files
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
@@ -536,8 +536,8 @@ def test_warehouse_on_s3_write_commit_and_file_operations(
 
 def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
     from pipeline.config import parse_config
-    from pipeline.iceberg.sinks import IcebergSinks
-    from pipeline.kafka.generator import event_schema_fields
+    from pipeline.formats.iceberg.sinks import IcebergSinks
+    from pipeline.tools.generator import event_schema_fields
 
     wh_bucket = s3_server.new_bucket("sinks")
     cfg = parse_config(
@@ -576,7 +576,7 @@ def s3_pipeline_config(
     server: S3Server, tmp: Path, bootstrap: str, topic: str, **source: Any
 ) -> Any:
     from pipeline.config import parse_config
-    from pipeline.kafka.generator import event_schema_fields
+    from pipeline.tools.generator import event_schema_fields
 
     return parse_config(
         {
@@ -664,7 +664,7 @@ def test_pipeline_exactly_once_with_warehouse_on_s3(
     from kafka_fixtures import unique_topic
 
     from pipeline.app import Pipeline
-    from pipeline.kafka.generator import GeneratorSpec, produce
+    from pipeline.tools.generator import GeneratorSpec, produce
 
     topic = unique_topic("s3")
     kafka_broker.create_topic(topic, 3)
@@ -700,7 +700,7 @@ def test_pipeline_recovery_on_s3_rolls_back_and_recommits(
     from kafka_fixtures import unique_topic
 
     from pipeline.app import Pipeline
-    from pipeline.kafka.generator import GeneratorSpec, produce
+    from pipeline.tools.generator import GeneratorSpec, produce
 
     topic = unique_topic("s3rec")
     kafka_broker.create_topic(topic, 2)

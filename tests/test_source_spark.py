@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka_fixtures import KafkaTestBroker, unique_topic
 
-from pipeline.kafka.generator import GeneratorSpec, produce
+from pipeline.tools.generator import GeneratorSpec, produce
 
 Coord = tuple[str, int, int]
 

@@ -185,8 +185,8 @@ def test_standalone_path_submits_to_local2_and_commits(tmp_path: Path) -> None:
     """`scripts/spark-submit.sh standalone --master local[2]`: spark-submit runs the launcher
     with the package from the --py-files zip and the example config; the table gets rows."""
     from pipeline.config import load_config
-    from pipeline.kafka.generator import GeneratorSpec, produce
-    from pipeline.kafka.mock import EmbeddedBroker
+    from pipeline.tools.broker import EmbeddedBroker
+    from pipeline.tools.generator import GeneratorSpec, produce
 
     spark_submit = Path(sys.executable).parent / "spark-submit"
     if not spark_submit.exists():

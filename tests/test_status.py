@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from pipeline.config import PipelineConfig, parse_config
-from pipeline.ops.metrics import PipelineMetrics
-from pipeline.ops.runstate import FILE_NAME, read_run_state, record_run_state
-from pipeline.ops.status import run_status
+from pipeline.observe.metrics import PipelineMetrics
+from pipeline.observe.runstate import FILE_NAME, read_run_state, record_run_state
+from pipeline.tools.status import run_status
 
 
 def _cfg(tmp_path: Path, checkpoint: str | None = None, **metrics: object) -> PipelineConfig:

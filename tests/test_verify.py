@@ -28,11 +28,12 @@ import yaml
 from kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.app import Pipeline
+from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
-from pipeline.kafka.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
-from pipeline.ops.runstate import read_run_state
-from pipeline.ops.verify import VerifyReport, compare, verify_pipeline
-from pipeline.ops.verify.ranges import (
+from pipeline.observe.runstate import read_run_state
+from pipeline.tools.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
+from pipeline.tools.verify import VerifyReport, compare, verify_pipeline
+from pipeline.tools.verify.ranges import (
     CommitRanges,
     count_window,
     inside,
@@ -42,7 +43,6 @@ from pipeline.ops.verify.ranges import (
     subtract,
     windows,
 )
-from pipeline.source.offsets import TopicPartition
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 3
@@ -531,8 +531,8 @@ def test_status_after_a_data_loss_stop(
     next to the checkpoint by ``Pipeline.run``), the journal from the Hudi timeline (where
     ``both`` journals), and per partition the records already below the log start."""
     from pipeline.commit.faults import FaultPoints
-    from pipeline.dual import DualSinks
     from pipeline.errors import find_pipeline_error
+    from pipeline.formats.both import DualSinks
 
     lake = lakes["iceberg"]
     if lake.broker.embedded is None:
@@ -572,7 +572,7 @@ def test_status_after_a_data_loss_stop(
 
 def test_value_decoder_bisects_to_the_undecodable_records() -> None:
     from pipeline.config import DecodeConfig
-    from pipeline.ops.verify.payload import ValueDecoder
+    from pipeline.tools.verify.payload import ValueDecoder
 
     decoder = ValueDecoder(
         DecodeConfig.model_validate(

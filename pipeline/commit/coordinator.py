@@ -49,8 +49,8 @@ from pipeline.commit.instant import (
     StagedFile,
 )
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError, FencedError, OverlapError
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
 

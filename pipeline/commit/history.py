@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from pipeline.source.offsets import TopicPartition
+from pipeline.commit.offsets import TopicPartition
 
 PIPELINE_ID_KEY = "ingest.pipeline-id"
 RANGES_KEY = "ingest.ranges"  # {"topic": {"partition": [start, end]}} of this commit

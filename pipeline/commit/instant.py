@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 
 INSTANT_TIME_FORMAT = "%Y%m%d%H%M%S%f"  # trimmed to milliseconds: yyyyMMddHHmmssSSS
 

@@ -29,8 +29,8 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from pipeline.commit.offsets import BrokerOffsets, TopicPartition
 from pipeline.errors import BrokerUnavailableError, ConfigError, PartitionStateError
-from pipeline.source.offsets import BrokerOffsets, TopicPartition
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

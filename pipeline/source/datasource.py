@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pipeline.source.offsets import (
+from pipeline.commit.offsets import (
     OffsetRange,
     PartitionOffsets,
     TopicPartition,

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
-from pipeline.source.offsets import TopicPartition
 
 KNOWN = {
     "assign",

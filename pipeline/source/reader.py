@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
+from pipeline.commit.offsets import OffsetRange, TopicPartition
 from pipeline.errors import BrokerUnavailableError, DataLossError
-from pipeline.source.offsets import OffsetRange, TopicPartition
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.commit.coordinator import PartitionStats, StagedBatch
-from pipeline.decode import ERROR_COL
-from pipeline.source.offsets import OffsetRange
+from pipeline.commit.offsets import OffsetRange
+from pipeline.decode.spark import ERROR_COL
 
 RESULT_DDL = (
     "kind STRING, payload BINARY, topic STRING, partition INT, "
@@ -225,7 +225,7 @@ class ReadPlan:
 
     groups: list[list[OffsetRange]]  # task i reads groups[i] with one consumer
     consumer_conf: dict[str, Any]
-    decoder: Any  # pipeline.decode_arrow.ArrowDecoder
+    decoder: Any  # pipeline.decode.arrow.ArrowDecoder
     include_headers: bool = False
     fail_on_data_loss: bool = True
     stall_timeout_s: float = 120.0

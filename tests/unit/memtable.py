@@ -1,7 +1,7 @@
 """An in-memory table and fake workers for Spark-free tests of the commit protocol.
 
 ``MemTable`` implements the coordinator's ``TableCommitter`` protocol the way the Iceberg
-adapter (``pipeline/iceberg/table.py``) behaves, minus Parquet and the catalog:
+adapter (``pipeline/formats/iceberg/table.py``) behaves, minus Parquet and the catalog:
 
 * A table is a list of snapshots; each adds files and carries a checkpoint (the summary).
   Fence snapshots add nothing and repeat the latest committed offsets at a new epoch.
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pipeline.commit.coordinator import Checkpoint, PartitionStats, StagedBatch
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError, FencedError
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 Rec = tuple[str, int, int]  # (topic, partition, offset)
 

@@ -48,8 +48,8 @@ from pipeline.commit.journal import (
     decode_entry,
     encode_entry,
 )
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import FencedError, OverlapError
-from pipeline.source.offsets import PartitionOffsets, TopicPartition
 
 PIPE = "p1"
 X, Y = "query-x", "query-y"  # checkpoint incarnations (Spark query ids)

@@ -13,7 +13,7 @@ from pipeline.commit.history import (
     forgettable,
     parse_intervals,
 )
-from pipeline.source.offsets import TopicPartition
+from pipeline.commit.offsets import TopicPartition
 
 TP = TopicPartition("t", 0)
 

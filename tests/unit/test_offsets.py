@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import DataLossError, PartitionStateError
-from pipeline.source.offsets import (
+from pipeline.commit.offsets import (
     BrokerOffsets,
     OffsetRange,
     PartitionOffsets,
@@ -15,6 +14,7 @@ from pipeline.source.offsets import (
     reconcile,
     split_ranges,
 )
+from pipeline.errors import DataLossError, PartitionStateError
 
 A0, A1, A2 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("a", 2)
 

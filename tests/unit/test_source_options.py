@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
 from pipeline.kafka.client import consumer_config
-from pipeline.source.offsets import TopicPartition
 from pipeline.source.options import SourceOptions
 
 B = {"kafka.bootstrap.servers": "h:1"}

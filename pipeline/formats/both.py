@@ -1,0 +1,185 @@
+"""``sink.format: both``: one query, one instant, an Iceberg table and a Hudi table.
+
+The two main tables act as one ``TableCommitter`` for the coordinator:
+
+* Workers write every decoded row twice (Iceberg data files and Hudi base files) in the
+  same task; descriptors are tagged ``I``/``H`` so one staged-file list covers both.
+* The instant is minted and journaled by the Hudi side's timeline (it must also be above
+  the Hudi table's own timeline); Iceberg keeps no pending state of its own.
+* Commit = Iceberg commit, then Hudi commit, both idempotent per batch identity and both
+  fenced by the writer epoch. A crash between the two leaves the batch *partially*
+  committed: ``any_committed`` tells recovery to finish it (roll forward), never to roll
+  it back (that would delete files the Iceberg table references).
+* Dead letters go to the Iceberg dead-letter table only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.commit.coordinator import Checkpoint
+from pipeline.commit.faults import FaultPoints
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.config import PipelineConfig
+from pipeline.formats.hudi.sinks import HudiSinks
+from pipeline.formats.hudi.writer import write_base_files
+from pipeline.formats.iceberg.sinks import IcebergCommitter, IcebergSinks
+from pipeline.formats.iceberg.writer import write_data_files
+from pipeline.spark.writer import TaskPlan
+
+ICEBERG, HUDI = b"I", b"H"
+
+
+def write_both(ctx: tuple[Any, Any], batches: Iterable[pa.RecordBatch], seed: int) -> list[bytes]:
+    """Worker: the same rows as Iceberg data files and as Hudi base files."""
+    iceberg_ctx, hudi_ctx = ctx
+    rows = list(batches)  # one flush's worth (TaskPlan.flush_bytes bounds it)
+    out = [ICEBERG + d for d in write_data_files(iceberg_ctx, rows, seed)]
+    out += [HUDI + d for d in write_base_files(hudi_ctx, rows, seed)]
+    return out
+
+
+class DualCommitter:
+    """Iceberg + Hudi main tables committed as one (see module docstring)."""
+
+    def __init__(self, iceberg: IcebergCommitter, hudi: Any, faults: FaultPoints) -> None:
+        self.iceberg = iceberg
+        self.hudi = hudi
+        self.faults = faults
+        self.hudi_base = str(hudi.hudi.base).rstrip("/")
+
+    def _split(self, files: Iterable[bytes]) -> tuple[list[bytes], list[bytes]]:
+        ice: list[bytes] = []
+        hud: list[bytes] = []
+        for f in files:
+            (ice if f[:1] == ICEBERG else hud).append(f[1:])
+        return ice, hud
+
+    def _is_hudi(self, path: str) -> bool:
+        return path.removeprefix("file://").startswith(self.hudi_base + "/")
+
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        return self.iceberg.is_committed(
+            pipeline_id, incarnation, batch_id, batch_end
+        ) and self.hudi.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+
+    def any_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        return self.iceberg.is_committed(
+            pipeline_id, incarnation, batch_id, batch_end
+        ) or self.hudi.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+
+    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
+        # the tables commit in order (Iceberg first): Hudi's offsets are never ahead
+        ice = self.iceberg.committed_offsets(pipeline_id)
+        hud = self.hudi.committed_offsets(pipeline_id)
+        if not ice or not hud:
+            return hud or ice
+        return PartitionOffsets({tp: min(off, hud.get(tp, off)) for tp, off in ice.items()})
+
+    def latest_epoch(self, pipeline_id: str) -> int | None:
+        epochs = [
+            e
+            for e in (self.iceberg.latest_epoch(pipeline_id), self.hudi.latest_epoch(pipeline_id))
+            if e is not None
+        ]
+        return max(epochs) if epochs else None
+
+    def commit(self, files: list[bytes], checkpoint: Checkpoint) -> None:
+        ice, hud = self._split(files)
+        self.iceberg.commit(ice, checkpoint)
+        self.faults.hit("between-table-commits", checkpoint.batch_id)
+        self.hudi.commit(hud, checkpoint)
+
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
+        self.iceberg.fence(pipeline_id, epoch, create=create)
+        self.hudi.fence(pipeline_id, epoch, create=create)
+
+    def describe(self, descriptor: bytes) -> tuple[str, int, int]:
+        tag, body = descriptor[:1], descriptor[1:]
+        return (self.iceberg if tag == ICEBERG else self.hudi).describe(body)
+
+    def file_size(self, path: str) -> int | None:
+        return (self.hudi if self._is_hudi(path) else self.iceberg).file_size(path)
+
+    def delete_files(self, paths: Iterable[str]) -> list[str]:
+        paths = list(paths)
+        hud = [p for p in paths if self._is_hudi(p)]
+        ice = [p for p in paths if not self._is_hudi(p)]
+        return self.iceberg.delete_files(ice) + list(self.hudi.delete_files(hud))
+
+    def orphan_files(self, write_id: str) -> list[str]:
+        return self.iceberg.orphan_files(write_id) + list(self.hudi.orphan_files(write_id))
+
+    def begin(self, instant: str) -> None:
+        self.iceberg.begin(instant)
+        self.hudi.begin(instant)
+
+    def abort(self, instant: str) -> None:
+        self.iceberg.abort(instant)
+        self.hudi.abort(instant)
+
+    def table(self) -> Any:
+        return self.iceberg.table()
+
+
+@dataclass
+class DualSinks:
+    main: DualCommitter
+    dead_letter: IcebergCommitter | None
+    iceberg: IcebergSinks
+    hudi: HudiSinks
+    data_ddl: str
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig, faults: FaultPoints) -> DualSinks:
+        # at-least-once: no journal; the Hudi writer mints a fresh instant per batch
+        iceberg = IcebergSinks.from_config(cfg)
+        hudi_cfg = cfg.model_copy(update={"sink": cfg.sink.model_copy(update={"partition_by": []})})
+        hudi = HudiSinks.from_config(hudi_cfg)
+        hudi.main.followers.clear()  # dead letters live in the Iceberg dead-letter table
+        return cls(
+            main=DualCommitter(iceberg.main, hudi.main, faults),
+            dead_letter=iceberg.dead_letter,
+            iceberg=iceberg,
+            hudi=hudi,
+            data_ddl=iceberg.data_ddl,
+        )
+
+    def timeline(self, pipeline_id: str) -> Any:
+        return self.hudi.timeline(pipeline_id)  # mints above the Hudi table's timeline
+
+    def task_plan(
+        self,
+        write_uuid: str,
+        drop_below: Mapping[TopicPartition, int] | None = None,
+        faults: str | None = None,
+    ) -> TaskPlan:
+        ice = self.iceberg.task_plan(write_uuid, drop_below, faults)
+        hudi_ctx = self.hudi.main.write_context(write_uuid, self.hudi.target_file_size_bytes)
+        return TaskPlan(
+            write_files=write_both,
+            main_ctx=(ice.main_ctx, hudi_ctx),
+            main_columns=ice.main_columns,
+            dead_letter_ctx=ice.dead_letter_ctx,
+            dead_letter_columns=ice.dead_letter_columns,
+            flush_bytes=ice.flush_bytes,
+            drop_below=ice.drop_below,
+            faults=faults,
+            dead_letter_write_files=write_data_files,
+        )

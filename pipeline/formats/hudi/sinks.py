@@ -1,0 +1,162 @@
+"""The pipeline's Hudi tables (main + dead-letter) as coordinator commit targets.
+
+Same surface as :class:`pipeline.formats.iceberg.sinks.IcebergSinks`: ``from_config``, ``main``,
+``dead_letter``, ``data_ddl``, ``timeline(pipeline_id)``, ``task_plan(...)``.
+
+The dead-letter table is a second Hudi table (unpartitioned, keyed by the Kafka
+coordinates) at ``sink.hudi.deadLetterBasePath`` (default ``<basePath>_dead_letter``): a
+Hudi user needs no Iceberg catalog, both tables share the storage, lock and fencing
+mechanism, and the same instant time names a batch in both timelines.
+
+Each table is self-contained (its own lock, fence records, commit checks), and the
+worker-side writer takes only a :class:`~pipeline.formats.hudi.writer.HudiWriteContext`, so a
+coordinator feeding several main tables can hold a ``HudiCommitter`` next to an
+``IcebergCommitter`` and give each its own file writer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from pyiceberg.schema import Schema
+
+from pipeline.commit.offsets import TopicPartition
+from pipeline.config import PipelineConfig
+from pipeline.errors import ConfigError
+from pipeline.formats.hudi.journal import HudiInstantTimeline, HudiJournalStore
+from pipeline.formats.hudi.layout import parse_write_id
+from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
+from pipeline.formats.hudi.table import HudiCommitter, HudiTable
+from pipeline.formats.hudi.writer import write_base_files
+from pipeline.formats.iceberg.schema import (
+    KAFKA_COLUMN_NAMES,
+    FieldSpec,
+    build_schema,
+    dead_letter_schema,
+    spark_ddl,
+)
+from pipeline.spark.writer import TaskPlan
+
+__all__ = ["HudiSinks", "local_base_path"]
+
+
+def local_base_path(uri: str, key: str = "sink.hudi.basePath") -> str:
+    """An absolute local path for ``uri`` (a path or ``file://``); ConfigError otherwise.
+
+    The commit lock is ``flock`` on a local (or POSIX-locking shared) filesystem; object
+    stores need a conditional-write commit this writer does not implement.
+    """
+    if "://" in uri:
+        parsed = urlparse(uri)
+        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+            raise ConfigError(
+                f"{key} {uri!r}: the native Hudi writer supports local paths (or file:///) "
+                "only; its commit lock needs a POSIX filesystem"
+            )
+        uri = parsed.path
+    return os.path.abspath(os.path.expanduser(uri))
+
+
+def _split_identifier(identifier: str) -> tuple[str, str]:
+    database, _, name = identifier.rpartition(".")
+    return database.split(".")[-1] or "default", name
+
+
+@dataclass
+class HudiSinks:
+    main: HudiCommitter
+    dead_letter: HudiCommitter | None
+    data_ddl: str  # Spark DDL of the decoded (non-Kafka) columns
+    flush_bytes: int
+    target_file_size_bytes: int
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig) -> HudiSinks:
+        sink = cfg.sink
+        hudi = sink.hudi
+        if hudi is None:
+            raise ConfigError("sink.hudi.basePath is required when sink.format is hudi")
+        if sink.partition_by:
+            raise ConfigError(
+                "sink.partitionBy is for Iceberg tables; a Hudi table is partitioned by "
+                "columns: use sink.hudi.partitionFields"
+            )
+        raw = cfg.decode.format == "raw"
+        fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
+        schema = build_schema(fields, raw=raw)
+        base = local_base_path(hudi.base_path)
+        database, name = _split_identifier(sink.table)
+        main = HudiTableSpec.build(
+            base, database, name, schema, hudi.record_key_fields, hudi.partition_fields
+        )
+        dl_base = local_base_path(
+            hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter",
+            "sink.hudi.deadLetterBasePath",
+        )
+        if dl_base == base:
+            raise ConfigError("sink.hudi.deadLetterBasePath must differ from sink.hudi.basePath")
+        dl_database, dl_name = _split_identifier(sink.dead_letter_identifier)
+        dead = HudiTableSpec.build(
+            dl_base, dl_database, dl_name, dead_letter_schema(), KAFKA_KEY_FIELDS, ()
+        )
+        data_schema = Schema(*[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES])
+        main_committer = HudiCommitter(HudiTable(main), max_commits=sink.max_snapshots)
+        dead_committer = HudiCommitter(HudiTable(dead), max_commits=sink.max_snapshots)
+        # the coordinator commits dead letters first, then the main table: a main commit
+        # of T ends the dead-letter table's T when it had no dead letters
+        main_committer.followers.append(dead_committer)
+        return cls(
+            main=main_committer,
+            dead_letter=dead_committer,
+            data_ddl=spark_ddl(data_schema) if not raw else "",
+            flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
+            target_file_size_bytes=sink.target_file_size_bytes,
+        )
+
+    def tables(self) -> list[HudiTable]:
+        out = [self.main.hudi]
+        if self.dead_letter is not None:
+            out.append(self.dead_letter.hudi)
+        return out
+
+    def timeline(self, pipeline_id: str) -> HudiInstantTimeline:
+        """The instant journal inside the main table's ``.hoodie/.ingest/journal/``."""
+        table = self.main.hudi
+        store = HudiJournalStore(table, pipeline_id)
+        paths = table.paths
+        if paths.exists() and os.path.isdir(paths.staging) and store.has_entries(paths.staging):
+            raise ConfigError(
+                f"{paths.staging} holds instant-journal entries of pipeline {pipeline_id!r} "
+                f"but the table {paths.meta} was created by another writer meanwhile; "
+                "inspect both and remove the staging directory"
+            )
+        return HudiInstantTimeline(store, self.tables())
+
+    def task_plan(
+        self,
+        write_uuid: str,
+        drop_below: Mapping[TopicPartition, int] | None = None,
+        faults: str | None = None,
+    ) -> TaskPlan:
+        main_ctx = self.main.write_context(write_uuid, self.target_file_size_bytes)
+        try:
+            parse_write_id(write_uuid)
+            dead_id = write_uuid
+        except ValueError:  # at-least-once: both tables on the main table's fresh instant
+            dead_id = main_ctx.instant
+        dead = self.dead_letter
+        return TaskPlan(
+            drop_below={(tp[0], tp[1]): off for tp, off in (drop_below or {}).items()},
+            faults=faults,
+            write_files=write_base_files,
+            main_ctx=main_ctx,
+            main_columns=tuple(main_ctx.spec.arrow_schema.names),
+            dead_letter_ctx=(
+                dead.write_context(dead_id, self.target_file_size_bytes) if dead else None
+            ),
+            dead_letter_columns=tuple(dead.spec.arrow_schema.names) if dead else (),
+            flush_bytes=self.flush_bytes,
+        )

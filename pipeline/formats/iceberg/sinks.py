@@ -1,0 +1,208 @@
+"""The pipeline's Iceberg tables (main + dead-letter) as coordinator commit targets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from pipeline.commit.coordinator import Checkpoint
+from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.config import PipelineConfig
+from pipeline.formats.iceberg.schema import (
+    KAFKA_COLUMN_NAMES,
+    FieldSpec,
+    build_partition_spec,
+    build_schema,
+    dead_letter_schema,
+    spark_ddl,
+)
+from pipeline.formats.iceberg.table import CommitCheckpoint, IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.writer import deserialize_data_file, write_data_files
+from pipeline.spark.writer import TaskPlan
+from pipeline.storage.fs import filesystem_for
+from pipeline.storage.s3 import journal_store_for
+
+
+class IcebergCommitter:
+    """Adapts an ``IcebergTableSink`` to the coordinator's ``TableCommitter`` protocol."""
+
+    def __init__(self, sink: IcebergTableSink, properties: Mapping[str, str] | None = None) -> None:
+        self.sink = sink
+        # FileIO-style properties (s3.endpoint, s3.access-key-id, ...) for file operations
+        self.properties: dict[str, str] = dict(
+            properties if properties is not None else getattr(sink.catalog, "properties", {})
+        )
+
+    def _fs(self) -> tuple[pafs.FileSystem, str]:
+        return filesystem_for(self.sink.table_location(), self.properties)
+
+    def latest_epoch(self, pipeline_id: str) -> int | None:
+        cp = self.sink.latest_checkpoint(pipeline_id)
+        return cp.epoch if cp is not None else None
+
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
+        self.sink.fence(pipeline_id, epoch, create=create)
+
+    def describe(self, descriptor: bytes) -> tuple[str, int, int]:
+        df = deserialize_data_file(descriptor)
+        return df.file_path, int(df.file_size_in_bytes), int(df.record_count)
+
+    def file_size(self, path: str) -> int | None:
+        fs, local = filesystem_for(path, self.properties)
+        info = fs.get_file_info(local)
+        return int(info.size) if info.type == pafs.FileType.File and info.size is not None else None
+
+    def delete_files(self, paths: Iterable[str]) -> list[str]:
+        deleted = []
+        for path in paths:
+            fs, local = filesystem_for(path, self.properties)
+            try:
+                fs.delete_file(local)
+                deleted.append(path)
+            except FileNotFoundError:
+                pass
+        return deleted
+
+    def orphan_files(self, write_id: str) -> list[str]:
+        """Data files whose name carries ``-<write_id>-`` (our writer's naming)."""
+        fs, root = self._fs()
+        selector = pafs.FileSelector(f"{root}/data", recursive=True, allow_not_found=True)
+        scheme = self.sink.table_location().split("://", 1)[0] + "://"
+        marker = f"-{write_id}-"
+        return [
+            (scheme + i.path if scheme == "file://" else f"{scheme}{i.path}")
+            for i in fs.get_file_info(selector)
+            if i.type == pafs.FileType.File and marker in i.base_name
+        ]
+
+    def begin(self, instant: str) -> None:
+        """Iceberg keeps no pending state of its own: unreferenced files are invisible."""
+
+    def abort(self, instant: str) -> None:
+        """Nothing beyond deleting the staged files (done by the coordinator)."""
+
+    def journal_root(self, pipeline_id: str) -> str:
+        return f"{self.sink.table_location()}/_ingest/{pipeline_id}"
+
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        return self.sink.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+
+    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
+        cp = self.sink.latest_checkpoint(pipeline_id)
+        if cp is None:
+            return None
+        return PartitionOffsets(
+            {TopicPartition(t, p): off for (t, p), off in cp.committed_offsets.items()}
+        )
+
+    def commit(self, files: list[bytes], checkpoint: Checkpoint) -> None:
+        self.sink.commit(
+            files,
+            CommitCheckpoint(
+                pipeline_id=checkpoint.pipeline_id,
+                incarnation=checkpoint.incarnation,
+                batch_id=checkpoint.batch_id,
+                epoch=checkpoint.epoch,
+                ranges=checkpoint.ranges,
+                committed_offsets=dict(checkpoint.committed),
+                records=checkpoint.records,
+                data_loss=checkpoint.data_loss or None,
+                dead_letter_records=checkpoint.dead_letter_records,
+                instant=checkpoint.instant,
+                batch_end=dict(checkpoint.batch_end) if checkpoint.batch_end is not None else None,
+            ),
+        )
+
+    def table(self) -> Table | None:
+        return self.sink.load()
+
+
+@dataclass
+class IcebergSinks:
+    main: IcebergCommitter
+    dead_letter: IcebergCommitter | None
+    main_schema: Schema
+    data_ddl: str  # Spark DDL of the decoded (non-Kafka) columns
+    flush_bytes: int
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig) -> IcebergSinks:
+        sink = cfg.sink
+        catalog = load_catalog(sink.catalog.name, sink.catalog.pyiceberg_properties())
+        raw = cfg.decode.format == "raw"
+        fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
+        schema = build_schema(fields, raw=raw)
+        spec = (
+            build_partition_spec(schema, sink.partition_by)
+            if sink.partition_by
+            else (UNPARTITIONED_PARTITION_SPEC)
+        )
+        props = {
+            "write.target-file-size-bytes": str(sink.target_file_size_bytes),
+            **sink.table_properties,
+        }
+        patience = cfg.commit.catalog_retry_seconds
+        main = IcebergTableSink(
+            catalog,
+            sink.table,
+            schema,
+            spec,
+            props,
+            catalog_retry_s=patience,
+            max_snapshots=sink.max_snapshots,
+        )
+        dead = IcebergTableSink(
+            catalog,
+            sink.dead_letter_identifier,
+            dead_letter_schema(),
+            UNPARTITIONED_PARTITION_SPEC,
+            sink.table_properties,
+            catalog_retry_s=patience,
+            max_snapshots=sink.max_snapshots,
+        )
+        data_schema = Schema(
+            *[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES and not raw]
+        )
+        return cls(
+            main=IcebergCommitter(main),
+            dead_letter=IcebergCommitter(dead),
+            main_schema=schema,
+            data_ddl=spark_ddl(data_schema) if not raw else "",
+            flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
+        )
+
+    def timeline(self, pipeline_id: str) -> InstantTimeline:
+        """The instant journal beside the main table (DESIGN: ``<table>/_ingest/``)."""
+        root = self.main.journal_root(pipeline_id)
+        return InstantTimeline(journal_store_for(root, self.main.properties))
+
+    def task_plan(
+        self,
+        write_uuid: str,
+        drop_below: Mapping[TopicPartition, int] | None = None,
+        faults: str | None = None,
+    ) -> TaskPlan:
+        dead: Any = self.dead_letter
+        return TaskPlan(
+            drop_below={(tp[0], tp[1]): off for tp, off in (drop_below or {}).items()},
+            faults=faults,
+            write_files=write_data_files,
+            main_ctx=self.main.sink.write_context(write_uuid),
+            main_columns=tuple(f.name for f in self.main_schema.fields),
+            dead_letter_ctx=dead.sink.write_context(write_uuid) if dead else None,
+            dead_letter_columns=tuple(f.name for f in dead_letter_schema().fields),
+            flush_bytes=self.flush_bytes,
+        )

@@ -1,0 +1,594 @@
+"""Worker side: stage Parquet data files for an Iceberg table, outside any catalog commit.
+
+Runs inside Spark's Python workers (``mapInArrow``) and needs nothing but a small,
+picklable :class:`WriteContext` built on the driver. Files are written with pyiceberg's
+own Parquet writer and statistics (``FileFormatFactory`` writers, ``schema_to_pyarrow``
+field ids, ``DataFile.from_args``, as ``pyiceberg.io.pyarrow.write_file`` does), laid out by
+the table's location provider, and described by ``DataFile`` objects that travel back to
+the driver as bytes (:func:`serialize_data_file`). Nothing is visible to readers until the
+driver appends those files in one snapshot.
+
+Why not ``_dataframe_to_data_files`` as is: it materialises the whole input (a
+``pa.Table``) for partitioned tables, and its file names depend only on
+``(write_uuid, task_id)``, so a retried Spark task would overwrite the files of an earlier
+attempt that the driver may already have recorded. Here the input is streamed, rows are
+split per partition batch by batch, and each call gets its own attempt token in the
+file names.
+
+Memory: at most about one target file's worth of rows is buffered in total (per-partition
+buffers are flushed to their open Parquet writers as row groups; the biggest buffer is
+flushed whenever the sum exceeds the target), and at most ``_MAX_OPEN_FILES`` files are
+open at once. Like pyiceberg, the target file size is measured in uncompressed Arrow
+bytes, so files on disk come out several times smaller.
+
+Partition values: pyiceberg 0.12 computes year/month/day/hour/bucket/truncate over Arrow
+only with the optional ``pyiceberg-core`` package. The time transforms are done here in
+plain pyarrow (checked against pyiceberg's reference functions in the tests); bucket and
+truncate use ``pyiceberg-core`` when installed, else pyiceberg's Python transform applied
+once per distinct value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import logging
+import pickle
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from io import BytesIO
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io import FileIO, OutputFile, load_file_io
+from pyiceberg.io.fileformat import FileFormatFactory, FileFormatModel, FileFormatWriter
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    DEFAULT_READ_VERSION,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+)
+from pyiceberg.partitioning import PartitionField, PartitionFieldValue, PartitionKey, PartitionSpec
+from pyiceberg.schema import Schema, sanitize_column_names
+from pyiceberg.table import TableProperties
+from pyiceberg.table.locations import LocationProvider, load_location_provider
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    YearTransform,
+)
+from pyiceberg.typedef import Record
+from pyiceberg.types import DateType, IcebergType, PrimitiveType
+from pyiceberg.utils.properties import property_as_int
+
+from pipeline.decode.conform import conform_batch
+from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DataFileWriteError",
+    "WriteContext",
+    "deserialize_data_file",
+    "serialize_data_file",
+    "write_data_files",
+]
+
+# Catalog-only properties: not needed to read/write files, and ``uri`` may carry a
+# database password. Everything else (warehouse, s3.*, gcs.*, adls.*, py-io-impl, ...) is
+# kept so executors build the same FileIO as the driver.
+_CATALOG_ONLY_KEYS = frozenset({"uri", "type", "credential", "token", "py-catalog-impl"})
+_MAX_ROW_GROUP_BYTES = 64 * 1024 * 1024
+# Open Parquet writers per task (one per partition written to); beyond this the least
+# recently written file is closed early (a smaller file rather than unbounded handles).
+_MAX_OPEN_FILES = 64
+_HAS_PYICEBERG_CORE = importlib.util.find_spec("pyiceberg_core") is not None
+
+
+class DataFileWriteError(PipelineError):
+    """Incoming rows cannot be written to the table (schema mismatch, nulls in required)."""
+
+    code = "write"
+
+
+def _io_properties(properties: dict[str, str]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in properties.items()
+        if k not in _CATALOG_ONLY_KEYS and not k.startswith("rest.")
+    }
+
+
+def _slim_metadata_json(metadata: TableMetadata) -> str:
+    """Metadata without snapshot history: workers only need schema, spec, properties."""
+    slim = metadata.model_copy(
+        update={
+            "snapshots": [],
+            "snapshot_log": [],
+            "metadata_log": [],
+            "refs": {},
+            "current_snapshot_id": None,
+            "statistics": [],
+            "partition_statistics": [],
+        }
+    )
+    return slim.model_dump_json()
+
+
+def _target_file_size(properties: dict[str, str]) -> int:
+    size = property_as_int(
+        properties,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+    )
+    return max(
+        1, size if size is not None else TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
+    )
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """Everything a worker needs to stage data files for one table; small and picklable.
+
+    ``table_metadata_json`` is the table metadata without snapshot history (schema,
+    partition spec, properties, location); ``io_properties`` configure the FileIO (catalog
+    connection settings are left out); ``write_uuid`` names the write (one per batch).
+    """
+
+    table_metadata_json: str
+    io_properties: dict[str, str]
+    table_location: str
+    write_uuid: str
+    target_file_size_bytes: int
+
+    @classmethod
+    def for_table(cls, table: Table, write_uuid: str) -> WriteContext:
+        """Context for an existing table, from its current metadata."""
+        metadata = table.metadata
+        return cls(
+            table_metadata_json=_slim_metadata_json(metadata),
+            io_properties=_io_properties(dict(table.io.properties)),
+            table_location=metadata.location,
+            write_uuid=write_uuid,
+            target_file_size_bytes=_target_file_size(metadata.properties),
+        )
+
+    @classmethod
+    def for_new_table(
+        cls,
+        catalog: Catalog,
+        identifier: str | tuple[str, ...],
+        schema: Schema,
+        partition_spec: PartitionSpec,
+        properties: dict[str, str],
+        location: str | None = None,
+        write_uuid: str | None = None,
+    ) -> WriteContext:
+        """Context for a table that does not exist yet (its first commit creates it).
+
+        The metadata is what ``catalog.create_table_transaction`` stages -- same field ids,
+        spec and location -- without committing anything (for REST catalogs this is a
+        staged create on the server). The namespace is created if missing. The driver
+        must pass ``location=ctx.table_location`` to its own ``create_table_transaction``
+        so the staged files lie under the table it creates.
+        """
+        from pyiceberg.catalog import Catalog as _Catalog
+
+        namespace = _Catalog.namespace_from(identifier)
+        if namespace:
+            catalog.create_namespace_if_not_exists(namespace)
+        txn = catalog.create_table_transaction(
+            identifier,
+            schema,
+            location=location,
+            partition_spec=partition_spec,
+            properties=dict(properties),  # new_table_metadata pops format-version in place
+        )
+        metadata = txn.table_metadata
+        # The staged table's FileIO (for REST: with the server's vended configuration).
+        staged_io: FileIO = txn._table.io
+        return cls(
+            table_metadata_json=_slim_metadata_json(metadata),
+            io_properties=_io_properties(dict(staged_io.properties)),
+            table_location=metadata.location,
+            write_uuid=write_uuid or str(uuid.uuid4()),
+            target_file_size_bytes=_target_file_size(metadata.properties),
+        )
+
+    def metadata(self) -> TableMetadata:
+        """The parsed table metadata (cached per worker process)."""
+        return _parse_metadata(self.table_metadata_json)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_metadata(metadata_json: str) -> TableMetadata:
+    return TableMetadataUtil.parse_raw(metadata_json)
+
+
+# ---------------------------------------------------------------------------------------
+# DataFile <-> bytes
+# ---------------------------------------------------------------------------------------
+
+_MAGIC = b"ingest-datafile:1\n"
+_DATA_FILE_FIELDS = tuple(f.name for f in DATA_FILE_TYPE[DEFAULT_READ_VERSION].fields)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Only builtin containers/scalars and Decimal: no class from the payload is trusted."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("decimal", "Decimal"):
+            return Decimal
+        raise pickle.UnpicklingError(f"data file payload references {module}.{name}")
+
+
+def serialize_data_file(data_file: DataFile) -> bytes:
+    """A DataFile as bytes (plain values only: path, partition tuple, statistics, spec id)."""
+    if len(data_file) != len(_DATA_FILE_FIELDS):
+        raise ValueError(f"unexpected DataFile layout ({len(data_file)} fields) for {data_file}")
+    values: dict[str, Any] = {name: data_file[i] for i, name in enumerate(_DATA_FILE_FIELDS)}
+    values["content"] = int(data_file.content)
+    values["file_format"] = data_file.file_format.value
+    partition = data_file.partition
+    values["partition"] = [partition[i] for i in range(len(partition))]
+    try:
+        spec_id: int | None = data_file.spec_id
+    except AttributeError:
+        spec_id = None
+    payload = {"data_file": values, "spec_id": spec_id}
+    return _MAGIC + pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def deserialize_data_file(blob: bytes) -> DataFile:
+    """Inverse of :func:`serialize_data_file`."""
+    if not blob.startswith(_MAGIC):
+        raise ValueError("not a serialized data file (missing header)")
+    payload = _PlainUnpickler(BytesIO(blob[len(_MAGIC) :])).load()
+    values = dict(payload["data_file"])
+    values["content"] = DataFileContent(values["content"])
+    values["file_format"] = FileFormat(values["file_format"])
+    values["partition"] = Record(*values["partition"])
+    data_file = DataFile.from_args(**values)
+    if payload.get("spec_id") is not None:
+        data_file.spec_id = int(payload["spec_id"])
+    return data_file
+
+
+# ---------------------------------------------------------------------------------------
+# Arrow conformance and partition transforms
+# ---------------------------------------------------------------------------------------
+
+
+def _conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    return conform_batch(
+        batch,
+        target,
+        DataFileWriteError,
+        "the table schema",
+        "; evolve the table or fix the decoder",
+    )
+
+
+_MICROS_PER_HOUR = 3_600_000_000
+_MICROS_PER_DAY = 86_400_000_000
+
+
+def _floor_div(values: pa.Array, divisor: int) -> pa.Array:
+    quotient = pc.divide(values, divisor)  # integer division truncates toward zero
+    inexact_negative = pc.and_(
+        pc.less(values, 0), pc.not_equal(pc.multiply(quotient, divisor), values)
+    )
+    return pc.if_else(inexact_negative, pc.subtract(quotient, 1), quotient)
+
+
+def _time_transform(transform: Transform[Any, Any], source: IcebergType, arr: pa.Array) -> pa.Array:
+    """year/month/day/hour in pure pyarrow (pyiceberg's versions need pyiceberg-core)."""
+    if isinstance(source, DateType):
+        naive = arr
+        days = arr.cast(pa.int32()).cast(pa.int64())
+        if isinstance(transform, HourTransform):
+            raise DataFileWriteError("hour() cannot be applied to a date column")
+        micros = pc.multiply(days, _MICROS_PER_DAY)
+    else:
+        naive = arr.cast(pa.timestamp("us"))  # same instants, UTC wall clock
+        micros = naive.cast(pa.int64())
+        days = _floor_div(micros, _MICROS_PER_DAY)
+    if isinstance(transform, DayTransform):
+        out = days
+    elif isinstance(transform, HourTransform):
+        out = _floor_div(micros, _MICROS_PER_HOUR)
+    elif isinstance(transform, YearTransform):
+        out = pc.subtract(pc.year(naive), 1970)
+    else:  # MonthTransform
+        years = pc.subtract(pc.year(naive), 1970)
+        out = pc.add(pc.multiply(years, 12), pc.subtract(pc.month(naive), 1))
+    return out.cast(pa.int32())
+
+
+def _transform_array(
+    transform: Transform[Any, Any], source: IcebergType, arr: pa.Array
+) -> pa.Array:
+    if isinstance(transform, IdentityTransform):
+        return arr
+    if isinstance(transform, (YearTransform, MonthTransform, DayTransform, HourTransform)):
+        return _time_transform(transform, source, arr)
+    if _HAS_PYICEBERG_CORE:
+        return transform.pyarrow_transform(source)(arr)
+    # bucket / truncate without pyiceberg-core: apply pyiceberg's Python transform to each
+    # distinct value (dictionary-encoded), then expand back to rows.
+    func = transform.transform(source)
+    encoded = arr.dictionary_encode()
+    result_type = schema_to_pyarrow(transform.result_type(source), include_field_ids=False)
+    mapped = pa.array([func(v) for v in encoded.dictionary.to_pylist()], type=result_type)
+    return mapped.take(encoded.indices)
+
+
+def _split_by_partition(
+    batch: pa.RecordBatch, spec: PartitionSpec, schema: Schema
+) -> list[tuple[tuple[Any, ...], pa.RecordBatch]]:
+    """``[(partition values, rows)]`` for the rows of ``batch`` (table column names)."""
+    columns: dict[str, pa.Array] = {}
+    for i, field in enumerate(spec.fields):
+        source = schema.find_field(field.source_id)
+        name = schema.find_column_name(field.source_id)
+        if name is None or not isinstance(source.field_type, PrimitiveType):
+            raise DataFileWriteError(f"partition field {field.name}: bad source column")
+        values = _column_by_path(batch, name)
+        columns[f"p{i}"] = _transform_array(field.transform, source.field_type, values)
+    keys = list(columns)
+    if all(_single_value(columns[k]) for k in keys):
+        return [(tuple(columns[k][0].as_py() for k in keys), batch)]
+    columns["row"] = pa.array(range(batch.num_rows), type=pa.int64())
+    grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate([("row", "list")])
+    out: list[tuple[tuple[Any, ...], pa.RecordBatch]] = []
+    key_values = [grouped.column(k).to_pylist() for k in keys]
+    rows = grouped.column("row_list")
+    for g in range(grouped.num_rows):
+        indices = rows[g].values
+        out.append((tuple(kv[g] for kv in key_values), batch.take(indices)))
+    return out
+
+
+def _single_value(values: pa.Array) -> bool:
+    """True when ``values`` holds one non-null value in every row (the common case)."""
+    return values.null_count == 0 and bool(pc.all(pc.equal(values, values[0])).as_py())
+
+
+def _column_by_path(batch: pa.RecordBatch, path: str) -> pa.Array:
+    if path in batch.schema.names:
+        return batch.column(path)
+    head, *rest = path.split(".")
+    return pc.struct_field(batch.column(head), rest)
+
+
+# ---------------------------------------------------------------------------------------
+# Rolling writers
+# ---------------------------------------------------------------------------------------
+
+
+class _OpenFile:
+    """One Parquet data file being written (for one partition)."""
+
+    def __init__(self, path: str, output: OutputFile, writer: FileFormatWriter) -> None:
+        self.path = path
+        self.output = output
+        self.writer = writer
+        self.arrow_bytes = 0
+        self.rows = 0
+
+
+class _PartitionState:
+    def __init__(self, key: PartitionKey | None) -> None:
+        self.key = key
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
+        self.pending_rows = 0
+        self.file: _OpenFile | None = None
+
+
+class _TaskWriter:
+    """Streams batches of one Spark task into partitioned, size-bounded Parquet files."""
+
+    def __init__(self, ctx: WriteContext, task_id: int) -> None:
+        self.ctx = ctx
+        self.task_id = task_id
+        self.attempt = uuid.uuid4().hex[:12]
+        self.metadata = ctx.metadata()
+        self.schema = self.metadata.schema()
+        self.spec = self.metadata.spec()
+        self.properties = dict(self.metadata.properties)
+        self.io: FileIO = load_file_io(ctx.io_properties, ctx.table_location)
+        self.file_format = FileFormat(
+            self.properties.get(
+                TableProperties.WRITE_FILE_FORMAT, TableProperties.WRITE_FILE_FORMAT_DEFAULT
+            )
+        )
+        self.format_model: FileFormatModel = FileFormatFactory.get(self.file_format)
+        self.location: LocationProvider = load_location_provider(
+            self.metadata.location, self.properties
+        )
+        self.arrow_target = schema_to_pyarrow(self.schema)
+        sanitized = sanitize_column_names(self.schema)
+        if sanitized != self.schema:  # names Avro cannot carry, e.g. "user-id"
+            self.file_schema = sanitized
+            self.arrow_file = schema_to_pyarrow(sanitized)
+        else:
+            self.file_schema = self.schema
+            self.arrow_file = self.arrow_target
+        self.target_bytes = ctx.target_file_size_bytes
+        self.row_group_bytes = min(self.target_bytes, _MAX_ROW_GROUP_BYTES)
+        self.row_group_rows = (
+            property_as_int(
+                self.properties,
+                TableProperties.PARQUET_ROW_GROUP_LIMIT,
+                TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+            )
+            or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+        )
+        self.partitions: dict[tuple[Any, ...], _PartitionState] = {}
+        self.pending_bytes = 0
+        self.file_count = 0
+        self.open_files: dict[int, _PartitionState] = {}
+        self.done: list[DataFile] = []
+        self.started: list[str] = []
+
+    # -- input ---------------------------------------------------------------------------
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        batch = _conform(batch, self.arrow_target)
+        if self.spec.is_unpartitioned():
+            pieces: list[tuple[tuple[Any, ...], pa.RecordBatch]] = [((), batch)]
+        else:
+            pieces = _split_by_partition(batch, self.spec, self.schema)
+        for values, rows in pieces:
+            state = self.partitions.get(values)
+            if state is None:
+                state = _PartitionState(self._partition_key(values))
+                self.partitions[values] = state
+            ready = self._to_file_schema(rows)
+            state.pending.append(ready)
+            state.pending_bytes += ready.nbytes
+            state.pending_rows += ready.num_rows
+            self.pending_bytes += ready.nbytes
+            if (
+                state.pending_bytes >= self.row_group_bytes
+                or state.pending_rows >= self.row_group_rows
+            ):
+                self._flush(state)
+        while self.pending_bytes > self.target_bytes:
+            self._flush(max(self.partitions.values(), key=lambda s: s.pending_bytes))
+
+    def _to_file_schema(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        """Rows (table names, exact types) as written: Avro-sanitized names, field ids.
+
+        Not ``_to_requested_schema``: in pyiceberg 0.12 it turns a null list of structs into
+        an empty list (it rebuilds such lists from offsets alone, dropping the validity
+        bitmap), which would corrupt e.g. the ``headers`` column. Sanitizing only renames
+        fields, so a zero-copy ``view`` as the file schema's type is enough.
+        """
+        if self.arrow_file is self.arrow_target:
+            return rows
+        columns = [col.view(f.type) for col, f in zip(rows.columns, self.arrow_file, strict=True)]
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_file)
+
+    def _partition_key(self, values: tuple[Any, ...]) -> PartitionKey | None:
+        if self.spec.is_unpartitioned():
+            return None
+        fields: list[PartitionField] = list(self.spec.fields)
+        return PartitionKey(
+            field_values=[
+                PartitionFieldValue(field=f, value=v) for f, v in zip(fields, values, strict=True)
+            ],
+            partition_spec=self.spec,
+            schema=self.schema,
+        )
+
+    # -- output --------------------------------------------------------------------------
+
+    def _flush(self, state: _PartitionState) -> None:
+        if not state.pending:
+            return
+        table = pa.Table.from_batches(state.pending)
+        self.pending_bytes -= state.pending_bytes
+        state.pending, state.pending_bytes, state.pending_rows = [], 0, 0
+        if state.file is None:
+            if len(self.open_files) >= _MAX_OPEN_FILES:  # close the least recently written
+                self._close(next(iter(self.open_files.values())))
+            state.file = self._open(state.key)
+        self.open_files.pop(id(state), None)
+        self.open_files[id(state)] = state  # most recently written last
+        state.file.writer.write(table)
+        state.file.arrow_bytes += table.nbytes
+        state.file.rows += table.num_rows
+        if state.file.arrow_bytes >= self.target_bytes:
+            self._close(state)
+
+    def _open(self, key: PartitionKey | None) -> _OpenFile:
+        name = (
+            f"{self.task_id:05d}-{self.file_count:05d}-{self.ctx.write_uuid}-{self.attempt}"
+            f".{self.format_model.file_extension()}"
+        )
+        self.file_count += 1
+        path = self.location.new_data_location(data_file_name=name, partition_key=key)
+        output = self.io.new_output(path)
+        self.started.append(path)
+        writer = self.format_model.create_writer(output, self.file_schema, self.properties)
+        return _OpenFile(path, output, writer)
+
+    def _close(self, state: _PartitionState) -> None:
+        current = state.file
+        if current is None:
+            return
+        state.file = None
+        self.open_files.pop(id(state), None)
+        stats = current.writer.close()
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=current.path,
+            file_format=self.file_format,
+            partition=state.key.partition if state.key is not None else Record(),
+            file_size_in_bytes=len(current.output),
+            sort_order_id=None,
+            equality_ids=None,
+            key_metadata=None,
+            **stats.to_serialized_dict(),
+        )
+        data_file.spec_id = self.metadata.default_spec_id
+        self.done.append(data_file)
+
+    def finish(self) -> list[DataFile]:
+        for state in self.partitions.values():
+            self._flush(state)
+            self._close(state)
+        return self.done
+
+    def abort(self) -> None:
+        """Best effort: close and delete every file this attempt started."""
+        for state in self.partitions.values():
+            if state.file is not None:
+                with contextlib.suppress(Exception):  # keep the original error
+                    state.file.writer.close()
+        for path in self.started:
+            try:
+                self.io.delete(path)
+            except Exception:
+                log.warning("could not delete staged file %s after a failed write", path)
+
+
+def write_data_files(
+    ctx: WriteContext, batches: Iterable[pa.RecordBatch], task_id: int
+) -> list[bytes]:
+    """Write ``batches`` as Parquet data files of the table; return them serialized.
+
+    ``batches`` have the columns of ``arrow_schema(schema)`` (matched by name; types are
+    cast when they differ, e.g. Spark's ``timestamp[us, tz=<session tz>]`` or int32 for a
+    long). Missing optional columns are written as nulls. File names carry the task id,
+    the context's write uuid and a random per-call attempt token, so retried tasks never
+    overwrite each other. No input rows: no files. On failure the files started by this
+    call are deleted (best effort) and the error propagates.
+    """
+    writer = _TaskWriter(ctx, task_id)
+    try:
+        for batch in batches:
+            writer.write(batch)
+        files = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return [serialize_data_file(f) for f in files]

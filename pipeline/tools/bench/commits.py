@@ -1,0 +1,199 @@
+"""Commit-cost growth: many small commits to one table through the real protocol.
+
+A :class:`~pipeline.app.Pipeline` is built from a bench configuration *without* Spark; its
+coordinator runs batch after batch (``Coordinator.run_batch``: recover/dedupe checks,
+REQUESTED, staging, INFLIGHT precommit, the table commit, COMPLETED) and each batch's
+files are staged by the real worker code (``pipeline.spark.writer.run_task`` with the
+sinks' task plan: tiny Parquet / Hudi base files of ``ROWS`` rows). The journal is
+purged every 50 batches as ``Pipeline.process_batch`` does.
+
+Per commit it records the protocol time (everything but staging) and the ``precommit``
+and ``commit`` phases; the report compares window medians (commits 1-20 against
+990-1010 in the full preset) because single commits are noisy. Flat means the late window
+stays within 1.5x of the early one.
+
+Drift control: a host's speed drifts over the minutes between commit 10 and commit 1,000
+(seen here: the same early window measured 28 ms and 37 ms in two runs). So the late
+window is measured *interleaved* with the early window of a second, fresh table of the
+same configuration: aged commit 990, young commit 1, aged 991, young 2, ... -- both see
+the same host. The verdict compares those two windows; the aged table's own commits 1-20
+(measured minutes earlier) are reported too. Staging the same tiny file is the same work
+every time, so its window ratio is a second control.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.commit.coordinator import StagedBatch
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.decode.spark import ERROR_COL
+from pipeline.formats.iceberg.schema import HEADERS_TYPE_NAME  # noqa: F401  (documents the column)
+from pipeline.tools.bench.runs import RunSpec, pipeline_config
+
+ROWS = 20
+TOPIC = "bench-commits"
+PURGE_EVERY = 50
+
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+@dataclass
+class CommitSeries:
+    """Per-commit seconds, in commit order (commit 1 first)."""
+
+    format: str
+    catalog: str
+    protocol: list[float] = field(default_factory=list)  # run_batch minus staging
+    precommit: list[float] = field(default_factory=list)
+    commit: list[float] = field(default_factory=list)
+    staging: list[float] = field(default_factory=list)  # constant work: the load control
+    diagnostics: dict[str, int] = field(default_factory=dict)  # what a commit has to read
+
+
+def _decoded_rows(first_offset: int, rows: int) -> pa.RecordBatch:
+    """Rows shaped like ``pipeline.decode.spark.decode``'s output for well-formed events."""
+    ts = datetime(2024, 6, 1, tzinfo=UTC)
+    n = rows
+    cols: dict[str, pa.Array] = {
+        "event_id": pa.array([str(uuid.uuid4()) for _ in range(n)]),
+        "user_id": pa.array([f"user-{i % 1000:06d}" for i in range(n)]),
+        "event_type": pa.array(["view"] * n),
+        "amount": pa.array([None] * n, pa.float64()),
+        "currency": pa.array([None] * n, pa.string()),
+        "ts": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+        "session_id": pa.array([str(uuid.uuid4())] * n),
+        "page": pa.array(["/"] * n),
+        "device": pa.array(["desktop"] * n),
+        "country": pa.array(["DE"] * n),
+        "_kafka_topic": pa.array([TOPIC] * n),
+        "_kafka_partition": pa.array([0] * n, pa.int32()),
+        "_kafka_offset": pa.array(range(first_offset, first_offset + n), pa.int64()),
+        "_kafka_timestamp": pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+        ERROR_COL: pa.array([None] * n, pa.string()),
+        "_raw_key": pa.array([None] * n, pa.binary()),
+        "_raw_value": pa.array([None] * n, pa.binary()),
+        "_raw_headers": pa.array([None] * n, _HEADERS),
+    }
+    return pa.RecordBatch.from_arrays(list(cols.values()), names=list(cols))
+
+
+class _CommitRunner:
+    """One fresh table of ``fmt`` driven batch by batch through the real coordinator."""
+
+    def __init__(self, fmt: str, workdir: Path, catalog_uri: str | None) -> None:
+        from pipeline.app import Pipeline
+        from pipeline.config import parse_config
+
+        name = f"commits-{fmt}-{uuid.uuid4().hex[:6]}"
+        raw_cfg: dict[str, Any] = pipeline_config(
+            RunSpec(format=fmt), name, workdir, "127.0.0.1:9", TOPIC
+        )
+        raw_cfg["metrics"] = {"enabled": False}
+        self.catalog = "sqlite"
+        if catalog_uri is not None:
+            raw_cfg["sink"]["catalog"] = {
+                "name": f"bench_{uuid.uuid4().hex[:8]}",
+                "uri": catalog_uri,
+                "warehouse": str(workdir / "warehouse"),
+            }
+            self.catalog = "postgresql"
+        if fmt == "hudi":
+            self.catalog = "hudi timeline"
+        self.fmt = fmt
+        self.pipe = Pipeline(parse_config(raw_cfg))
+        self.coordinator = self.pipe.coordinator
+        self.coordinator.acquire_epoch(owner="bench")
+        self.incarnation = str(uuid.uuid4())
+        self.done = 0
+        self.start: PartitionOffsets | None = None
+
+    def step(self, series: CommitSeries) -> None:
+        """One batch of ``ROWS`` rows; its timings appended to ``series``."""
+        from pipeline.spark.writer import collect_staged, run_task
+
+        i = self.done
+        tp = TopicPartition(TOPIC, 0)
+        end = PartitionOffsets({tp: (i + 1) * ROWS})
+        rows = _decoded_rows(i * ROWS, ROWS)
+        staging: list[float] = []
+
+        def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
+            t0 = time.perf_counter()
+            plan = self.pipe.sinks.task_plan(write_id, drop_below)
+            out = [r for b in run_task(plan, iter([rows]), i) for r in b.to_pylist()]
+            staged = collect_staged(out)
+            staging.append(time.perf_counter() - t0)
+            return staged
+
+        t0 = time.perf_counter()
+        outcome = self.coordinator.run_batch(self.incarnation, i, self.start, end, write)
+        total = time.perf_counter() - t0
+        if outcome.outcome != "committed" or outcome.records != ROWS:
+            raise RuntimeError(f"commit {i + 1}: {outcome.outcome} with {outcome.records} rows")
+        series.protocol.append(total - sum(staging))
+        series.staging.append(sum(staging))
+        series.precommit.append(outcome.timings.get("precommit", 0.0))
+        series.commit.append(outcome.timings.get("commit", 0.0))
+        if self.pipe.timeline is not None and i % PURGE_EVERY == 0:
+            self.pipe.timeline.purge_finished(self.pipe.cfg.commit.journal_retention)
+        self.start = end
+        self.done += 1
+
+
+def run_commit_series(
+    fmt: str,
+    commits: int,
+    workdir: Path,
+    catalog_uri: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    control_window: int = 0,
+) -> tuple[CommitSeries, CommitSeries | None]:
+    """``commits`` batches into one fresh table of ``fmt``; returns its per-commit timings
+    and, with ``control_window`` > 0, those of a second fresh table whose first
+    ``control_window`` commits alternate with the aged table's last ones (drift control).
+    """
+    aged = _CommitRunner(fmt, workdir / "aged", catalog_uri)
+    series = CommitSeries(fmt, aged.catalog)
+    young: CommitSeries | None = None
+    paired_from = commits - control_window if control_window > 0 else commits
+    control = _CommitRunner(fmt, workdir / "young", catalog_uri) if control_window > 0 else None
+    for i in range(commits):
+        if control is not None and i >= paired_from:
+            if young is None:
+                young = CommitSeries(fmt, control.catalog)
+            control.step(young)
+        aged.step(series)
+        if on_progress is not None:
+            on_progress(i + 1)
+    series.diagnostics = _diagnostics(aged.pipe, fmt)
+    return series, young
+
+
+def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
+    """Sizes that grow with the commit count and that each commit reads or rewrites."""
+    if fmt == "hudi":
+        meta = pipe.sinks.main.hudi.paths.meta
+        return {"timeline_files": len(os.listdir(meta))}
+    table = pipe.sinks.main.table()
+    location = str(table.metadata_location)
+    size = (
+        os.path.getsize(location.removeprefix("file://"))
+        if "://" not in location or (location.startswith("file://"))
+        else -1
+    )
+    head = table.current_snapshot()
+    return {
+        "snapshots": len(table.metadata.snapshots),
+        "metadata_json_bytes": size,
+        "manifests_in_head": len(head.manifests(table.io)) if head is not None else 0,
+    }

@@ -1,0 +1,223 @@
+"""``ingest bench``: run the selected sections against one broker and write the report.
+
+Order: produce the data set once → raw ceiling → throughput matrix (which also yields the
+exactly-once overhead, commit-phase latencies and CPU per record) → memory sweep →
+freshness + recovery → commit-cost growth → report (JSON, console table, PNG charts).
+Sections not selected with ``--only`` are absent from ``report.json``; a section that
+needs another's runs (overhead, latency, cpu need throughput) pulls it in.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+
+from pipeline.errors import PipelineError
+from pipeline.tools.bench import sections
+from pipeline.tools.bench.dataset import BenchBroker, partitions_for, produce_dataset
+from pipeline.tools.bench.presets import PRESETS, Preset
+from pipeline.tools.bench.report import print_summary, write_charts, write_json
+
+SECTIONS = (
+    "raw",
+    "throughput",
+    "overhead",
+    "latency",
+    "cpu",
+    "memory",
+    "freshness",
+    "recovery",
+    "growth",
+)
+_NEEDS: dict[str, set[str]] = {
+    "throughput": {"raw", "throughput"},
+    "overhead": {"raw", "throughput"},
+    "latency": {"raw", "throughput"},
+    "cpu": {"raw", "throughput"},
+    "recovery": {"freshness"},
+    "freshness": {"freshness"},
+    "raw": {"raw"},
+    "memory": {"memory"},
+    "growth": {"growth"},
+}
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    preset: str = "full"
+    only: tuple[str, ...] = ()
+    records: int | None = None
+    out: Path = Path("docs/bench")
+    bootstrap: str | None = None
+    work: Path | None = None  # scratch space (default: a temporary directory)
+    profile: bool = False
+
+
+def selected(only: Iterable[str]) -> set[str]:
+    names = list(only)
+    bad = sorted(set(names) - set(SECTIONS))
+    if bad:
+        raise PipelineError(f"--only {', '.join(bad)}: allowed: {', '.join(SECTIONS)}")
+    if not names:
+        return {g for s in SECTIONS for g in _NEEDS[s]}
+    return {g for s in names for g in _NEEDS[s]}
+
+
+def _version(pkg: str) -> str:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def host_facts() -> dict[str, Any]:
+    import confluent_kafka
+
+    from pipeline.spark.session import check_java
+
+    return {
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "memory_bytes": psutil.virtual_memory().total,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "java": check_java(),
+        "versions": {
+            p: _version(p)
+            for p in (
+                "pyspark",
+                "pyiceberg",
+                "pyarrow",
+                "confluent-kafka",
+                "hudi",
+                "kafka-lakehouse-ingest",
+            )
+        }
+        | {"librdkafka": confluent_kafka.libversion()[0]},
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+def _postgres_uri() -> str | None:
+    from pipeline.tools.pgcluster import shared_server_uri
+
+    return shared_server_uri()
+
+
+def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
+    preset: Preset = PRESETS[opts.preset]
+    if opts.records is not None:
+        if opts.records < 3:
+            raise PipelineError("--records must be at least 3")
+        preset = preset.with_records(opts.records)
+    groups = selected(opts.only)
+    t_start = time.time()
+    work = opts.work or Path(tempfile.mkdtemp(prefix="ingest-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def say(msg: str) -> None:
+        console.print(f"[dim]{time.time() - t_start:6.0f}s[/dim] {msg}", highlight=False)
+
+    report: dict[str, Any] = {
+        "meta": {
+            "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": "ingest bench" + (" --quick" if preset.name == "quick" else ""),
+            "preset": preset.name,
+            "records": preset.records,
+            "host": host_facts(),
+        }
+    }
+    broker = BenchBroker(opts.bootstrap)
+    failed = True
+    try:
+        report["meta"]["broker"] = broker.kind
+        report["meta"]["notes"] = [
+            "The embedded broker's threads run in the bench process and share the CPU with "
+            "the pipeline; the raw ceiling runs against the same broker, so ratios are fair "
+            "but absolute figures are below what a separate broker host gives."
+            if broker.embedded is not None
+            else "External broker.",
+            "Producer: zstd-compressed batches; records ~270 B (JSON events of "
+            "pipeline/tools/generator.py), no malformed records.",
+            "Tables unpartitioned; Iceberg on the SQLite catalog unless stated.",
+        ]
+        needs_data = bool(groups & {"raw", "throughput", "memory"})
+        ctx = None
+        if needs_data:
+            parts = partitions_for(preset.records)
+            say(f"producing {preset.records:,} records into {parts} partitions")
+            ds = produce_dataset(broker, preset.records, parts)
+            report["meta"]["dataset"] = {
+                "topic": ds.topic,
+                "partitions": ds.partitions,
+                "records": ds.records,
+                "produce_seconds": round(ds.produce_seconds, 2),
+            }
+            ctx = sections.Context(broker, ds, preset, work, say)
+        else:
+            from pipeline.tools.bench.dataset import Dataset
+
+            ctx = sections.Context(broker, Dataset("", 0, 0, 0.0), preset, work, say)
+        if "raw" in groups:
+            say("raw ceiling: one consumer process → Arrow → zstd Parquet")
+            raw = sections.raw_ceiling(ctx)
+            say(f"  {raw['records_per_s']:,.0f} records/s, {raw['mb_per_s']} MB/s")
+            report["raw_ceiling"] = raw
+        if "throughput" in groups:
+            report["throughput"] = sections.throughput(ctx)
+            report["exactly_once_overhead"] = sections.overhead(ctx)
+            report["cpu_per_record"] = sections.cpu_per_record(ctx)
+        if "memory" in groups:
+            report["memory"] = sections.memory(ctx)
+        if "freshness" in groups:
+            fresh, recovery = sections.freshness_and_recovery(ctx)
+            report["freshness"] = fresh
+            report["recovery"] = recovery
+        if ctx.eo_batches:
+            report["commit_latency"] = sections.commit_latency(ctx)
+        if "growth" in groups:
+            report["commit_growth"] = sections.commit_growth(
+                ctx, _postgres_uri() if preset.postgres else None
+            )
+        if opts.profile and needs_data:
+            from pipeline.tools.bench.profile import profile_hot_path
+
+            report["profile"] = profile_hot_path(ctx, opts.out)
+        failed = False
+    finally:
+        broker.stop()
+        if failed:
+            console.print(f"bench failed; logs and work files kept under {work}")
+        elif opts.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report["meta"]["seconds"] = round(time.time() - t_start, 1)
+    report["meta"]["load_average_at_end"] = list(os.getloadavg())
+    write_json(report, opts.out)
+    write_charts(report, opts.out)
+    print_summary(report, console)
+    console.print(f"report: {opts.out / 'report.json'} (+ charts) in {report['meta']['seconds']}s")
+    return report

@@ -1,0 +1,290 @@
+"""``ingest demo``: embedded broker + generated events → local Iceberg, then a check.
+
+Shows the whole product on one machine: a librdkafka mock cluster, an idempotent
+producer writing at a steady rate (with some malformed records), the pipeline committing
+one snapshot per batch, a live progress display, and at the end the per-partition counts
+and the exactly-once verdict computed from the tables themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+from pipeline.commit.coordinator import BatchOutcome
+from pipeline.commit.offsets import TopicPartition
+from pipeline.errors import ConfigError
+from pipeline.preflight import check_writable
+
+
+def demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
+    from pipeline.tools.generator import event_schema_fields
+
+    return {
+        "id": "demo-events",
+        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "decode": {"format": "json", "schema": event_schema_fields()},
+        "sink": {
+            "catalog": {"warehouse": str(lake / "warehouse")},
+            "table": "demo.events",
+            "partitionBy": ["day(ts)"],
+        },
+        "checkpointLocation": str(lake / "checkpoints" / "demo-events"),
+        "trigger": {"mode": "processing-time", "interval": "2 seconds"},
+        "spark": {"master": "local[2]"},
+    }
+
+
+def hudi_demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
+    from pipeline.tools.generator import event_schema_fields
+
+    return {
+        "id": "demo-events-hudi",
+        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "decode": {"format": "json", "schema": event_schema_fields()},
+        "sink": {
+            "format": "hudi",
+            "table": "demo.events",
+            "hudi": {"basePath": str(lake / "hudi" / "events"), "partitionFields": ["country"]},
+        },
+        "checkpointLocation": str(lake / "checkpoints" / "demo-events-hudi"),
+        "trigger": {"mode": "available-now"},
+        "metrics": {"enabled": False},
+    }
+
+
+DEMO_MARKER = ".ingest-demo"
+DEMO_STATE = ("warehouse", "checkpoints", "hudi")  # everything the demo writes in its lake
+
+
+def claim_demo_lake(lake: Path) -> Path:
+    """The demo's lake, made ready for a new run: a new directory (marked as the demo's),
+    or one an earlier demo marked, whose demo state is cleared (its broker is new each
+    time, so old tables and checkpoints would not match). Any other directory is refused:
+    it may hold a user's tables and checkpoints."""
+    marker = lake / DEMO_MARKER
+    if lake.exists() and not marker.is_file():
+        if not lake.is_dir():
+            raise ConfigError(f"--lake {lake}: is a file, not a directory")
+        if any(lake.iterdir()):
+            raise ConfigError(
+                f"--lake {lake}: exists and was not created by `ingest demo` (no {DEMO_MARKER} "
+                "marker); the demo does not write into directories it does not own — "
+                "give --lake a new directory"
+            )
+    check_writable("--lake", str(lake))
+    lake.mkdir(parents=True, exist_ok=True)
+    marker.write_text("created by `ingest demo`; it clears warehouse/, checkpoints/, hudi/ here\n")
+    for name in DEMO_STATE:
+        shutil.rmtree(lake / name, ignore_errors=True)  # the demo's own earlier state
+    return lake
+
+
+def _hudi_reader() -> str:
+    try:
+        import hudi  # noqa: F401
+
+        return "hudi-rs"
+    except ImportError:
+        return "the commit metadata's file list (hudi-rs not installed)"
+
+
+def _hudi_offsets(lake: Path) -> dict[TopicPartition, Any]:
+    """(topic, partition) -> offsets in the Hudi main + dead-letter tables."""
+    from pipeline.tools.verify import offsets_by_partition
+
+    batches: list[pa.RecordBatch] = []
+    for base in (lake / "hudi" / "events", lake / "hudi" / "events_dead_letter"):
+        if not (base / ".hoodie").is_dir():
+            continue
+        try:
+            import hudi
+
+            batches += hudi.HudiTableBuilder.from_base_uri(str(base)).build().read()
+        except ImportError:
+            batches += _committed_base_files(base)
+    cols = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
+    return offsets_by_partition(b.select(cols) for b in batches)
+
+
+def _committed_base_files(base: Path) -> list[pa.RecordBatch]:
+    """Fallback reader: the files listed by completed commits (no hudi-rs in the image)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    out: list[pa.RecordBatch] = []
+    for commit in sorted((base / ".hoodie").glob("*.commit")):
+        meta = json.loads(commit.read_text())
+        for stats in meta.get("partitionToWriteStats", {}).values():
+            for st in stats:
+                out += pq.read_table(base / st["path"]).to_batches()
+    return out
+
+
+def run_demo(
+    lake: Path,
+    events: int,
+    partitions: int,
+    rate: float,
+    malformed: float,
+    timeout: float,
+    console: Console,
+) -> bool:
+    from pipeline.app import Pipeline
+    from pipeline.config import parse_config
+    from pipeline.tools.broker import EmbeddedBroker
+    from pipeline.tools.generator import GeneratorSpec, ProduceResult, produce
+    from pipeline.tools.verify import compare, offsets_by_partition
+
+    os.environ.setdefault("INGEST_SPARK_LOG_LEVEL", "ERROR")
+    lake = claim_demo_lake(lake.resolve())
+    topic = "events"
+    with EmbeddedBroker(num_brokers=3) as broker:
+        broker.create_topic(topic, partitions)
+        console.print(
+            f"[bold]embedded Kafka[/] at {broker.bootstrap_servers}, topic {topic!r} "
+            f"with {partitions} partitions"
+        )
+        cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic))
+        console.print("starting Spark (local[2]) …")
+        pipeline = Pipeline(cfg)
+        _ = pipeline.spark
+
+        produced = {"n": 0}
+        result: dict[str, ProduceResult] = {}
+        failure: list[BaseException] = []
+
+        def producer() -> None:
+            try:
+                spec = GeneratorSpec(count=events, rate=rate, malformed_fraction=malformed)
+                result["r"] = produce(
+                    broker.bootstrap_servers,
+                    topic,
+                    spec,
+                    on_progress=lambda n: produced.__setitem__("n", n),
+                )
+            except BaseException as e:  # surfaced below
+                failure.append(e)
+
+        thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
+        thread.start()
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            p_task = progress.add_task("produced ", total=events)
+            c_task = progress.add_task("committed", total=events)
+
+            def announce(outcome: BatchOutcome) -> None:
+                progress.console.print(
+                    f"batch {outcome.batch_id} {outcome.outcome}: {outcome.records} rows, "
+                    f"{outcome.dead_letter_records} dead letters, {outcome.files} files, "
+                    f"instant {outcome.instant} "
+                    f"({sum(outcome.timings.values()):.2f}s write+commit)"
+                )
+
+            pipeline.on_batch = announce
+
+            def tick(stats: object) -> None:
+                s = pipeline.stats
+                progress.update(p_task, completed=produced["n"])
+                progress.update(
+                    c_task,
+                    completed=s.records + s.dead_letters,
+                    description=f"committed (batch {s.batches}, {s.dead_letters} dead letters)",
+                )
+
+            def done(stats: object) -> bool:
+                s = pipeline.stats
+                return bool(failure) or (
+                    not thread.is_alive() and s.records + s.dead_letters >= events
+                )
+
+            pipeline.run(until=done, tick=tick, timeout_s=timeout)
+        if failure:
+            raise failure[0]
+        thread.join()
+        expected = {
+            TopicPartition(t, p): range(first, last + 1)
+            for (t, p), (first, last) in result["r"].offsets.items()
+        }
+        main = pipeline.sinks.main.table()
+        dlq = pipeline.sinks.dead_letter.table() if pipeline.sinks.dead_letter else None
+        present = offsets_by_partition(
+            b
+            for t in (main, dlq)
+            if t is not None
+            for b in t.scan(
+                selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
+            ).to_arrow_batch_reader()
+        )
+        report = compare(present, expected)
+        _print_summary(console, report, main, dlq, lake)
+
+        # The same topic into a Hudi copy-on-write table: a second pipeline, same protocol.
+        console.print("\n[bold]Hudi[/]: a second pipeline copies the topic into a Hudi table")
+        hudi_cfg = parse_config(hudi_demo_config(lake, broker.bootstrap_servers, topic))
+        hudi_pipeline = Pipeline(hudi_cfg, pipeline.spark)
+        hudi_pipeline.on_batch = lambda o: console.print(
+            f"hudi batch {o.batch_id} {o.outcome}: {o.records} rows, "
+            f"{o.dead_letter_records} dead letters, instant {o.instant}"
+        )
+        hudi_pipeline.run(timeout_s=timeout)
+        hudi_report = compare(_hudi_offsets(lake), expected)
+        t = hudi_report.totals()
+        verdict = "[bold green]EXACTLY ONCE[/]" if hudi_report.ok else "[bold red]MISMATCH[/]"
+        console.print(
+            f"{verdict} (Hudi, read with {_hudi_reader()}): {t.expected} produced, "
+            f"{t.present} present, {t.missing} missing, {t.duplicated} duplicated — "
+            f"{lake / 'hudi' / 'events'}"
+        )
+        pipeline.spark.stop()
+        return report.ok and hudi_report.ok
+
+
+def _print_summary(console: Console, report, main, dlq, lake: Path) -> None:  # type: ignore[no-untyped-def]
+    table = RichTable(title="rows per partition (table + dead letters)")
+    for col in ("partition", "produced", "in tables", "missing", "duplicated"):
+        table.add_column(col, justify="right")
+    for tp, c in report.partitions.items():
+        table.add_row(str(tp), str(c.expected), str(c.present), str(c.missing), str(c.duplicated))
+    console.print(table)
+    snaps = main.snapshots() if main is not None else []
+    console.print(
+        f"Iceberg table demo.events: {len(snaps)} snapshots, "
+        f"{main.scan().count() if main is not None else 0} rows; dead letters: "
+        f"{dlq.scan().count() if dlq is not None else 0} rows"
+    )
+    last = snaps[-1].summary if snaps else None
+    if last is not None:
+        props = last.additional_properties
+        committed = json.loads(props.get("ingest.committed-offsets", "{}"))
+        ends = ", ".join(
+            f"{topic}[{p}]→{end}" for topic, parts in committed.items() for p, end in parts.items()
+        )
+        console.print(
+            f"last commit: batch {props.get('ingest.batch-id', '?')}, writer epoch "
+            f"{props.get('ingest.epoch', '?')}, instant {props.get('ingest.instant', '-')}; "
+            f"committed next offsets {ends or 'none'}",
+            soft_wrap=True,
+        )
+    t = report.totals()
+    verdict = "[bold green]EXACTLY ONCE[/]" if report.ok else "[bold red]MISMATCH[/]"
+    console.print(
+        f"{verdict}: {t.expected} produced, {t.present} present, {t.missing} missing, "
+        f"{t.duplicated} duplicated — tables under {lake}"
+    )

@@ -1,0 +1,311 @@
+"""``ingest status``: is the pipeline running, why did it stop, what the table says was
+ingested, and where each partition stands in Kafka (log start, high watermark, lag, and
+records already deleted below the log start)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table as RichTable
+
+from pipeline.commit.offsets import TopicPartition
+from pipeline.config import PipelineConfig
+from pipeline.errors import PipelineError
+from pipeline.observe.runstate import RunState, read_run_state
+
+PROBE_TIMEOUT_S = 2.0
+
+
+def print_status(cfg: PipelineConfig, console: Console) -> None:
+    print_run_status(cfg, console)
+    if cfg.sink.format == "hudi":
+        from pipeline.formats.hudi.status import print_hudi_status
+
+        return print_hudi_status(cfg, console)
+    if cfg.sink.format == "both":
+        return _print_both(cfg, console)
+    from pipeline.formats.iceberg.sinks import IcebergSinks
+
+    sinks = IcebergSinks.from_config(cfg)
+    _print_journal(cfg, sinks, console)
+    cp = iceberg_table_status(cfg, sinks, console)
+    if cp is not None:
+        print_offsets_and_lag(cfg, cp.committed_offsets, console)
+
+
+def _print_both(cfg: PipelineConfig, console: Console) -> None:
+    """``sink.format: both``: the journal lives in the Hudi table's timeline (the dual
+    sink mints and journals its instants there); each table's last batch; the offsets
+    both tables have committed (Iceberg commits first: the smaller of the two)."""
+    from pipeline.commit.faults import FaultPoints
+    from pipeline.formats.both import DualSinks
+    from pipeline.formats.hudi.status import hudi_table_status
+
+    sinks = DualSinks.from_config(cfg, FaultPoints(""))
+    _print_journal(cfg, sinks, console)
+    ice = iceberg_table_status(cfg, sinks.iceberg, console)
+    hud = hudi_table_status(cfg, sinks.hudi, console)
+    if ice is None and hud is None:
+        return
+    committed = sinks.main.committed_offsets(cfg.id)
+    if committed:
+        print_offsets_and_lag(cfg, committed, console, title="committed offsets (both tables)")
+
+
+def iceberg_table_status(cfg: PipelineConfig, sinks: Any, console: Console) -> Any:
+    """The Iceberg table's snapshots and the pipeline's last batch there; its checkpoint
+    (None when nothing of this pipeline is committed)."""
+    table = sinks.main.table()
+    if table is None:
+        console.print(f"table {cfg.sink.table} does not exist yet (nothing committed)")
+        return None
+    cp = sinks.main.sink.latest_checkpoint(cfg.id)
+    snaps = table.snapshots()
+    console.print(f"table {cfg.sink.table}: {len(snaps)} snapshots at {table.location()}")
+    if cp is None:
+        console.print(f"no commit of pipeline {cfg.id!r} in the table's history")
+        return None
+    head = table.current_snapshot()
+    when = (
+        datetime.fromtimestamp(head.timestamp_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        if head
+        else "-"
+    )
+    console.print(
+        f"pipeline {cp.pipeline_id}: last batch {cp.batch_id} (incarnation {cp.incarnation}, "
+        f"writer epoch {cp.epoch}), committed at {when}"
+    )
+    return cp
+
+
+# -- running or stopped ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the metrics endpoint at ``url`` said (``reachable`` False: nothing answered,
+    or it serves another pipeline: ``note``)."""
+
+    url: str
+    reachable: bool
+    ready: bool = False
+    reason: str = ""
+    note: str = ""
+
+
+def endpoint_urls(cfg: PipelineConfig, state: RunState) -> list[str]:
+    """Where the driver's endpoint may be: the URL the running driver recorded (it knows
+    the port it bound, also for ``metrics.port: 0``), then ``metrics.host:port``."""
+    urls: list[str] = []
+    if state.state == "running" and state.metrics_url:
+        urls.append(state.metrics_url)
+    m = cfg.metrics
+    if m.enabled and m.port:
+        host = m.host if m.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        url = f"http://{f'[{host}]' if ':' in host else host}:{m.port}"
+        if url not in urls:
+            urls.append(url)
+    return urls
+
+
+def _get(url: str, timeout: float) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status), resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:  # 503 from /readyz is an answer
+        return int(e.code), e.read().decode("utf-8", "replace")
+
+
+def probe_endpoint(url: str, pipeline_id: str, timeout: float = PROBE_TIMEOUT_S) -> Probe:
+    """Ask ``url`` for ``/metrics`` (is it this pipeline?) and ``/readyz``."""
+    try:
+        code, text = _get(f"{url}/metrics", timeout)
+        if code != 200:
+            return Probe(url, False, note=f"{url}/metrics answered {code}")
+        if f'pipeline_id="{pipeline_id}"' not in text:
+            return Probe(url, False, note=f"{url} serves another pipeline, not {pipeline_id!r}")
+        code, body = _get(f"{url}/readyz", timeout)
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        return Probe(url, False, note=f"{url} not reachable ({reason})")
+    body = body.strip()
+    if code == 200:
+        return Probe(url, True, ready=True)
+    return Probe(url, True, reason=body.removeprefix("not ready:").strip() or f"HTTP {code}")
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "at an unknown time"
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+
+
+def run_status(cfg: PipelineConfig) -> tuple[str, list[str]]:
+    """``(state, detail lines)``; state is ``running``, ``stopped`` or ``unknown``."""
+    rs = read_run_state(cfg)
+    if rs.pipeline_id not in (None, cfg.id):  # a checkpoint shared with another pipeline
+        rs = RunState(None, note=f"run state in {rs.path} belongs to pipeline {rs.pipeline_id!r}")
+    probes = [probe_endpoint(u, cfg.id) for u in endpoint_urls(cfg, rs)]
+    live = next((p for p in probes if p.reachable), None)
+    notes = [p.note for p in probes if p.note and not p.reachable]
+    if live is not None:
+        lines = [
+            f"metrics endpoint {live.url}: "
+            + ("ready" if live.ready else f"NOT READY: {live.reason}")
+        ]
+        if rs.state == "running":
+            lines.append(f"running since {_when(rs.time)} (pid {rs.pid} on {rs.host})")
+        return "running", lines
+    where = f"pid {rs.pid} on host {rs.host}"
+    if not cfg.metrics.enabled:
+        notes.append("metrics endpoint disabled (metrics.enabled: false)")
+    elif not probes:
+        notes.append("metrics.port is 0 and no running driver recorded its port")
+    if rs.state == "stopped":
+        lines = [f"stopped {_when(rs.time)} ({where})"]
+        lines.append(f"last error: {rs.error}" if rs.error else "stopped cleanly (no error)")
+        return "stopped", lines + notes
+    if rs.state == "running":
+        alive = rs.process_alive()
+        if alive:
+            return "running", [f"running since {_when(rs.time)} ({where})", *notes]
+        if alive is False:
+            return "stopped", [
+                f"the driver ({where}, running since {_when(rs.time)}) ended without "
+                "recording a stop: killed (SIGKILL, OOM) or crashed",
+                *notes,
+            ]
+        return "unknown", [
+            f"recorded running since {_when(rs.time)} ({where}); "
+            "cannot check that process from this host",
+            *notes,
+        ]
+    return "unknown", [*([rs.note] if rs.note else []), *notes]
+
+
+def print_run_status(cfg: PipelineConfig, console: Console) -> None:
+    state, lines = run_status(cfg)
+    colour = {"running": "green", "stopped": "red"}.get(state, "yellow")
+    console.print(f"pipeline {escape(cfg.id)}: [bold {colour}]{state.upper()}[/]")
+    for line in lines:
+        console.print(f"  {line}", markup=False, highlight=False)
+
+
+# -- offsets -----------------------------------------------------------------------------
+
+
+def print_offsets_and_lag(
+    cfg: PipelineConfig,
+    committed: Mapping[TopicPartition, int],
+    console: Console,
+    title: str = "committed offsets",
+) -> None:
+    """Per partition: Kafka's log start and high watermark (the last stable offset under
+    ``read_committed``), the table's committed next offset, the lag, and the records
+    between the committed offset and a log start above it: deleted by retention before
+    the pipeline read them (lost on resume)."""
+    from pipeline.kafka.client import KafkaMetadata, consumer_config
+
+    s = cfg.source
+    broker: dict[tuple[str, int], tuple[int, int]] = {}
+    try:
+        md = KafkaMetadata(
+            consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level),
+            timeout_s=10,
+        )
+        tps = [TopicPartition(t, p) for (t, p) in committed]
+        broker = {(tp.topic, tp.partition): (b.low, b.high) for tp, b in md.offsets(tps).items()}
+    except PipelineError as e:
+        console.print(f"lag unknown: {e.message}", markup=False, highlight=False)
+    rt = RichTable(title=title)
+    for col in (
+        "topic",
+        "partition",
+        "log start",
+        "high watermark",
+        "committed",
+        "lag",
+        "below log start",
+    ):
+        rt.add_column(col, justify="left" if col == "topic" else "right", no_wrap=True)
+    lost_total, lost_parts, beyond = 0, 0, []
+    for (topic, part), off in sorted(committed.items()):
+        low, high = broker.get((topic, part), (None, None))
+        below = max(0, low - off) if low is not None else None
+        if below:
+            lost_total += below
+            lost_parts += 1
+        if high is not None and off > high:
+            beyond.append(f"{topic}/{part}")
+        rt.add_row(
+            escape(topic),
+            str(part),
+            "-" if low is None else str(low),
+            "-" if high is None else str(high),
+            str(off),
+            "-" if high is None else str(max(0, high - off)),
+            "-" if below is None else (f"[bold red]{below}[/]" if below else "0"),
+        )
+    console.print(rt)
+    if lost_total:
+        then = (
+            "the pipeline stops on them with a data-loss error (source.failOnDataLoss: true); "
+            "with failOnDataLoss: false the next run skips them and records the loss"
+            if s.fail_on_data_loss
+            else "the next run skips them and records the loss in its commit"
+        )
+        console.print(
+            f"{lost_total} records in {lost_parts} partition(s) were deleted by retention "
+            f"before the pipeline read them (committed offset below the log start): they "
+            f"are lost; {then}",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+    if beyond:
+        console.print(
+            f"committed offsets beyond the high watermark on {', '.join(beyond)} "
+            "(topic recreated or truncated?)",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _print_journal(cfg: PipelineConfig, sinks: Any, console: Console) -> None:
+    if cfg.commit.mode != "exactly-once":
+        console.print("commit mode at-least-once: no instant journal, no fencing")
+        return
+    timeline = sinks.timeline(cfg.id)
+    epochs = timeline.epochs()
+    console.print(f"writer epoch: {epochs[-1] if epochs else 'none acquired yet'}")
+    pending = timeline.pending()
+    if not pending:
+        console.print("pending instants: none")
+        return
+    rt = RichTable(title="pending instants (finished by the next run's recovery)")
+    rt.add_column("instant", no_wrap=True, min_width=17)
+    rt.add_column("state", no_wrap=True)
+    rt.add_column("batch")
+    rt.add_column("incarnation", overflow="fold")
+    rt.add_column("epoch")
+    rt.add_column("staged files")
+    for inst in pending:
+        b = inst.batch
+        files = len(inst.inflight.files) if inst.inflight else "-"
+        rt.add_row(
+            inst.time,
+            inst.state.value,
+            str(b.batch_id) if b else "?",
+            b.incarnation if b else "?",
+            str(inst.epoch),
+            str(files),
+        )
+    console.print(rt)

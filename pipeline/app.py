@@ -16,12 +16,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipeline.commit.coordinator import BatchOutcome, Coordinator, StagedBatch
+from pipeline.commit.coordinator import make_coordinator
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import BatchOutcome, StagedBatch
 from pipeline.config import PipelineConfig
 from pipeline.errors import FencedError, PipelineError
+from pipeline.observe.base import Observers, PipelineObserver, RunInfo
+
+if TYPE_CHECKING:
+    from pipeline.observe.metrics import PipelineMetrics
 
 log = logging.getLogger(__name__)
 
@@ -53,32 +58,27 @@ class RunStats:
 class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
         from pipeline.commit.faults import FaultPoints
-        from pipeline.formats.iceberg.sinks import IcebergSinks
+        from pipeline.formats.registry import table_format
         from pipeline.preflight import check_paths
 
-        check_paths(cfg)  # before anything is created or an epoch taken
+        fmt = table_format(cfg)
+        # before anything is created or an epoch taken
+        check_paths(cfg, fmt.writable_paths(cfg))
         self.cfg = cfg
         self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
-        if cfg.sink.format == "hudi":
-            from pipeline.formats.hudi.sinks import HudiSinks
-
-            self.sinks: Any = HudiSinks.from_config(cfg)
-        elif cfg.sink.format == "both":
-            from pipeline.formats.both import DualSinks
-
-            self.sinks = DualSinks.from_config(cfg, self.faults)
-        else:
-            self.sinks = IcebergSinks.from_config(cfg)
+        self.format = fmt
+        self.sinks: Any = fmt.open_tables(cfg, self.faults)
         self._spark = spark
         if spark is not None:
             from pipeline.spark.session import register_source
 
             register_source(spark)
         self.stats = RunStats()
-        self.on_batch: Callable[[BatchOutcome], None] | None = None
+        # metrics exporter, batch log, progress displays (pipeline.observe.base)
+        self.observers = Observers()
         exactly_once = cfg.commit.mode == "exactly-once"
         self.timeline = self.sinks.timeline(cfg.id) if exactly_once else None
-        self.coordinator = Coordinator(
+        self.coordinator = make_coordinator(
             cfg.id,
             self.sinks.main,
             self.sinks.dead_letter,
@@ -90,7 +90,8 @@ class Pipeline:
         self._incarnation: str | None = None
         self._broker_checked = False
         self._starting_offsets: str | None = None  # the source's startingOffsets option
-        self.metrics: Any = None  # PipelineMetrics (ops.metrics.attach) while running
+        self.metrics: Any = None  # PipelineMetrics (attach_metrics) while attached
+        self._metrics_observers: list[PipelineObserver] = []
         # graceful stop (request_stop): the request's time, set by a signal handler
         self._stop_requested_at: float | None = None
         self._batch_gate = threading.Lock()  # guards _in_batch and _halting
@@ -182,14 +183,18 @@ class Pipeline:
             halting = self._halting
             if not halting:
                 self._in_batch = True
-        if halting:
-            self._skip_batch_while_halting(batch_id)
-            return
         try:
-            self._process_batch(df, batch_id)
-        finally:
-            with self._batch_gate:
-                self._in_batch = False
+            if halting:
+                self._skip_batch_while_halting(batch_id)
+                return
+            try:
+                self._process_batch(df, batch_id)
+            finally:
+                with self._batch_gate:
+                    self._in_batch = False
+        except Exception as e:
+            self.observers.failure(e, batch_id)  # fencing included
+            raise
 
     def _skip_batch_while_halting(self, batch_id: int) -> None:
         """Spark planned this batch in the moment a graceful stop decided to stop the
@@ -210,33 +215,30 @@ class Pipeline:
         log.info("batch %d was planned as the query stopped: the next run processes it", batch_id)
 
     def _process_batch(self, df: Any, batch_id: int) -> None:
+        from pipeline.spark.batch import BatchWriter
         from pipeline.spark.offset_log import SparkOffsetLog
-        from pipeline.spark.writer import RESULT_DDL, collect_staged, make_task_function
 
-        ckpt = SparkOffsetLog(df.sparkSession, self.cfg.checkpoint_location)
-        end = ckpt.offsets(batch_id)
+        offset_log = SparkOffsetLog(df.sparkSession, self.cfg.checkpoint_location)
+        end = offset_log.offsets(batch_id)
         if end is None:
             raise PipelineError(f"offset log entry for batch {batch_id} is missing")
-        start = ckpt.offsets(batch_id - 1)
+        start = offset_log.offsets(batch_id - 1)
         armed = ",".join(
             f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
         )
-
-        read_start = start if start is not None else self._explicit_start(end)
-        arrow = self.cfg.decode.engine == "arrow" and read_start is not None
-
-        def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
-            plan = self.sinks.task_plan(write_id, drop_below, faults=armed or None)
-            if arrow:
-                assert read_start is not None
-                # df is never touched: tasks read the batch's ranges from Kafka themselves
-                return self._write_arrow(df.sparkSession, plan, read_start, end)
-            rows = df.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
-            return collect_staged(r.asDict() for r in rows)
-
+        writer = BatchWriter(
+            df=df,
+            start=start if start is not None else self._explicit_start(end),
+            end=end,
+            plan=self.sinks.task_plan,
+            decode=self.cfg.decode,
+            source=self.cfg.source,
+            consumer_conf=self.sources_conf(),
+            faults=armed or None,
+        )
         try:
             outcome = self.coordinator.run_batch(
-                self._incarnation_id(), batch_id, start, end, write
+                self._incarnation_id(), batch_id, start, end, writer.write
             )
         except FencedError:
             with self.stats.lock:
@@ -265,8 +267,7 @@ class Pipeline:
             outcome.dead_letter_records,
             outcome.files,
         )
-        if self.on_batch:
-            self.on_batch(outcome)
+        self.observers.outcome(outcome)
         if self.timeline is not None and batch_id % 50 == 0:
             self.timeline.purge_finished(self.cfg.commit.journal_retention)
 
@@ -287,37 +288,6 @@ class Pipeline:
         if any(given.get(tp, -1) < 0 for tp in end):
             return None
         return PartitionOffsets({tp: given[tp] for tp in end})
-
-    def _write_arrow(
-        self, spark: Any, plan: Any, start: PartitionOffsets, end: PartitionOffsets
-    ) -> StagedBatch:
-        """``decode.engine: arrow``: one task per packed group of the batch's ranges."""
-        from pipeline.commit.offsets import batch_ranges, pack_ranges, split_ranges
-        from pipeline.decode.arrow import ArrowDecoder
-        from pipeline.spark.writer import (
-            RESULT_DDL,
-            ReadPlan,
-            collect_staged,
-            make_read_task_function,
-        )
-
-        s = self.cfg.source
-        pieces = split_ranges(batch_ranges(start, end), s.min_partitions)
-        if not pieces:
-            return StagedBatch()
-        tasks = max(spark.sparkContext.defaultParallelism, s.min_partitions or 0)
-        read = ReadPlan(
-            groups=pack_ranges(pieces, tasks),
-            consumer_conf=self.sources_conf(),
-            decoder=ArrowDecoder(self.cfg.decode, s.include_headers),
-            include_headers=s.include_headers,
-            fail_on_data_loss=s.fail_on_data_loss,
-            stall_timeout_s=max(float(s.broker_retry_seconds), 1.0),
-        )
-        n = len(read.groups)
-        fn = make_read_task_function(plan, read)
-        rows = spark.range(0, n, 1, n).mapInArrow(fn, RESULT_DDL).collect()
-        return collect_staged(r.asDict() for r in rows)
 
     def _data_loss(
         self, staged: StagedBatch, ranges: dict[TopicPartition, tuple[int, int]]
@@ -351,8 +321,79 @@ class Pipeline:
         s = self.cfg.source
         return consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level)
 
+    # -- observers ----------------------------------------------------------------------
+    def add_observer(self, observer: PipelineObserver) -> None:
+        """``observer`` is told of the query's start, every batch outcome, failures and the
+        query's end (:mod:`pipeline.observe.base`)."""
+        self.observers.add(observer)
+
+    def remove_observer(self, observer: PipelineObserver) -> None:
+        self.observers.remove(observer)
+
+    def run_info(self, query: Any = None) -> RunInfo:
+        """The pipeline's committed state as its main table(s) hold it (any format)."""
+        main = self.sinks.main
+        return RunInfo(
+            self.cfg.id,
+            committed=main.committed_offsets(self.cfg.id) or {},
+            last_commit_time=main.last_commit_time(self.cfg.id),
+            epoch=self.coordinator.epoch,
+            query=query,
+        )
+
+    def attach_metrics(self, *, serve: bool | None = None) -> PipelineMetrics:
+        """Export this pipeline's metrics: a ``PipelineMetrics`` fed by a metrics observer,
+        plus the JSON batch log line (``pipeline.batches``); returns the metrics.
+
+        ``serve`` (default ``cfg.metrics.enabled``): start the HTTP endpoint (``/metrics``,
+        ``/healthz``, ``/readyz``) and the lag thread (every ``cfg.metrics.lagRefreshSeconds``;
+        its first refresh reads the table's committed offsets and last commit time).
+        Call ``stop()`` on the returned metrics when done (:meth:`run` does it for the
+        metrics it attached itself)."""
+        from pipeline.observe.observers import BatchLogObserver, MetricsObserver
+
+        observer = MetricsObserver.from_config(
+            self.cfg, format_name=self.format.name, journal=self.timeline
+        )
+        observer.metrics.set_writer_epoch(self.coordinator.epoch)
+        batch_log = BatchLogObserver(self.cfg.id, epoch=self.coordinator.epoch)
+        if self.cfg.metrics.enabled if serve is None else serve:
+            observer.serve(self.cfg, self.sources_conf(), initial=self.run_info)
+        for o in (observer, batch_log):
+            self.add_observer(o)
+        self._metrics_observers = [observer, batch_log]
+        self.metrics = observer.metrics  # run() reuses it instead of starting another
+        return observer.metrics
+
+    def _detach_metrics(self) -> None:
+        for o in self._metrics_observers:
+            self.remove_observer(o)
+        self._metrics_observers = []
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
+
+    def _start_info(self, query: Any) -> RunInfo:
+        try:
+            return self.run_info(query)
+        except Exception as e:  # observers must never fail the run
+            log.warning("observers: the table's committed state is unknown at start: %s", e)
+            return RunInfo(self.cfg.id, epoch=self.coordinator.epoch, query=query)
+
     # -- the query ----------------------------------------------------------------------
     def start(self) -> Any:
+        """Start the streaming query; observers get ``on_start`` (``on_failure`` when it
+        cannot start, e.g. fenced)."""
+        try:
+            query = self._start_query()
+        except Exception as e:
+            self.observers.failure(e, None)
+            raise
+        if len(self.observers):
+            self.observers.start(self._start_info(query))
+        return query
+
+    def _start_query(self) -> Any:
         from pipeline.decode.spark import decode
         from pipeline.source.datasource import SOURCE_NAME
 
@@ -399,17 +440,15 @@ class Pipeline:
         try:
             self.check_broker()  # fail fast, before any endpoint or Spark starts
             self._broker_checked = True
-            metrics = None  # started here, stopped here; one attached by the caller stays up
-            if self.cfg.metrics.enabled and self.metrics is None:
-                from pipeline.observe.metrics import attach
-
-                metrics = attach(self)  # /metrics, /healthz, /readyz, lag thread, batch log
+            # started here, stopped here; metrics attached by the caller stay up
+            attached = self.cfg.metrics.enabled and self.metrics is None
+            if attached:
+                self.attach_metrics()  # /metrics, /healthz, /readyz, lag thread, batch log
             try:
                 stats = self._run(until, tick, timeout_s)
             finally:
-                if metrics is not None:
-                    metrics.stop()
-                    self.metrics = None
+                if attached:
+                    self._detach_metrics()
         except BaseException as e:
             record_run_state(self.cfg, "stopped", error_line(e))
             raise
@@ -447,8 +486,9 @@ class Pipeline:
                     next_fence_check = time.monotonic() + FENCE_CHECK_S
                     try:
                         self.coordinator.check_epoch()
-                    except FencedError:
+                    except FencedError as e:
                         self.stats.fenced = True
+                        self.observers.failure(e, None)
                         raise
             exc = query.exception()
             if exc is not None:
@@ -458,6 +498,7 @@ class Pipeline:
             # cancel its Spark jobs and fail it noisily; the process's exit ends it instead
             if query.isActive and not self.stats.stop_cut_short:
                 query.stop()
+            self.observers.stop()
         return self.stats
 
     def _record_running(self) -> None:

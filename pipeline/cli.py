@@ -210,7 +210,8 @@ def verify(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     format_: Annotated[
-        str | None, typer.Option("--format", help="iceberg | hudi; default: sink.format")
+        str | None,
+        typer.Option("--format", help="iceberg | hudi; default: the configured table format"),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
     no_payload: Annotated[

@@ -76,9 +76,14 @@ class DecodeConfig(_Model):
     # spark: Spark's from_json over the streaming DataFrame
     engine: Literal["arrow", "spark"] = "arrow"
 
+    @property
+    def raw(self) -> bool:
+        """Raw mode: key, value and headers stored as bytes, no decoding."""
+        return self.format != "json"  # the other choice: raw
+
     @model_validator(mode="after")
     def _schema_for_json(self) -> DecodeConfig:
-        if self.format == "json" and not self.schema_:
+        if not self.raw and not self.schema_:
             raise ValueError("decode.schema must list the fields when decode.format is json")
         names = [f.name for f in self.schema_]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -117,7 +122,7 @@ class CatalogConfig(_Model):
 
 
 class HudiConfig(_Model):
-    """``sink.format: hudi``: a native copy-on-write table (docs/hudi.md)."""
+    """The ``hudi`` table format's settings: a native copy-on-write table (docs/hudi.md)."""
 
     base_path: str = Field(min_length=1)  # local path or file:///
     record_key_fields: list[str] = Field(default_factory=list)  # default: Kafka coordinates

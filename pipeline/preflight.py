@@ -12,6 +12,7 @@ paths can be checked without writing.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from urllib.parse import urlparse
 
 from pipeline.config import PipelineConfig
@@ -48,13 +49,9 @@ def check_writable(key: str, location: str) -> None:
         raise ConfigError(f"{key} {location!r} {what} by this user (uid {os.getuid()})")
 
 
-def check_paths(cfg: PipelineConfig) -> None:
-    """Every local directory the run writes: checkpoint, warehouse, Hudi base paths."""
+def check_paths(cfg: PipelineConfig, table_paths: Iterable[tuple[str, str]]) -> None:
+    """Every local directory the run writes: the checkpoint and ``table_paths``, the
+    ``(config key, location)`` pairs of the table format (warehouse, Hudi base paths)."""
     check_writable("checkpointLocation", cfg.checkpoint_location)
-    sink = cfg.sink
-    if sink.format in ("iceberg", "both"):
-        check_writable("sink.catalog.warehouse", sink.catalog.warehouse)
-    if sink.format in ("hudi", "both") and sink.hudi is not None:
-        check_writable("sink.hudi.basePath", sink.hudi.base_path)
-        dead = sink.hudi.dead_letter_base_path or sink.hudi.base_path.rstrip("/") + "_dead_letter"
-        check_writable("sink.hudi.deadLetterBasePath", dead)
+    for key, location in table_paths:
+        check_writable(key, location)

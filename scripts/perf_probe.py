@@ -38,6 +38,7 @@ MARK = "PROBE-BATCH "
 def _child(config_path: str) -> None:
     from pipeline.app import Pipeline
     from pipeline.config import load_config
+    from pipeline.observe.base import OutcomeCallback
 
     pipeline = Pipeline(load_config(Path(config_path)))
 
@@ -50,7 +51,7 @@ def _child(config_path: str) -> None:
         }
         print(MARK + json.dumps(line), flush=True)
 
-    pipeline.on_batch = on_batch
+    pipeline.add_observer(OutcomeCallback(on_batch))
     pipeline.run()
 
 

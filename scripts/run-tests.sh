@@ -16,6 +16,7 @@ bash "$ROOT/scripts/tools.sh" >/dev/null || echo "run-tests: helm/kubectl not av
 export PATH="$ROOT/.tools/bin:$PATH"
 echo "== ruff" && ruff check pipeline tests
 echo "== mypy" && mypy pipeline
+echo "== import contracts" && lint-imports
 if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi

@@ -1,18 +1,16 @@
-"""Shared fixtures: a live Kafka broker (resolved per DESIGN.md) and one local SparkSession."""
+"""Shared fixtures: a live Kafka broker (resolved per DESIGN.md) and one local SparkSession.
+
+Helpers the test modules import live in the ``support`` package (``tests/support/``).
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from kafka_fixtures import KafkaTestBroker, resolve_kafka_broker
+from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker
 
 
 @pytest.fixture(scope="session")
@@ -28,10 +26,3 @@ def spark() -> Iterator[Any]:
     session = build_spark("ingest-tests", "local[2]", {"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
-
-
-def postgres_uri() -> str | None:
-    """A reachable PostgreSQL catalog URI (trust auth on 127.0.0.1:5432), else None."""
-    from pipeline.tools.pgcluster import shared_server_uri
-
-    return shared_server_uri()

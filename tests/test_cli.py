@@ -96,14 +96,12 @@ def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
 def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Path) -> None:
     """`spark-submit pipeline/main.py --config …` (a bare --config means `run`)."""
     import yaml
-    from kafka_fixtures import unique_topic
 
     from pipeline.config import load_config
     from pipeline.formats.iceberg.sinks import IcebergSinks
     from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
-    topic = unique_topic("submit")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("submit", 2)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=7))
     cfg_file = tmp_path / "p.yaml"
     cfg_file.write_text(

@@ -42,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from kafka_fixtures import KafkaTestBroker, unique_topic
+from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline, RunStats
 from pipeline.config import parse_config
@@ -289,8 +289,7 @@ def test_matrix_case(
     case: dict[str, Any], spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
-    topic = unique_topic("mx")
-    kafka_broker.create_topic(topic, PARTITIONS)
+    topic = kafka_broker.new_topic("mx", PARTITIONS)
     cfg = parse_config(case_config(case, tmp_path, bootstrap, topic))
     start, mode = case["source.startingOffsets"], case["trigger.mode"]
 
@@ -348,8 +347,7 @@ def test_raw_mode_without_headers_keeps_key_and_value(
     their key/value bytes (the decoder left out the raw table's ``headers`` column)."""
     from pipeline.tools.generator import GeneratorSpec, generate_events, produce
 
-    topic = unique_topic("rawnh")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("rawnh", 2)
     spec = GeneratorSpec(count=500, seed=19)
     r = produce(kafka_broker.bootstrap_servers, topic, spec)
     assert r.produced == 500

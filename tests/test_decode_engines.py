@@ -18,7 +18,7 @@ from pipeline.commit.offsets import OffsetRange, pack_ranges
 from pipeline.config import DecodeConfig
 from pipeline.decode.arrow import ArrowDecoder
 from pipeline.decode.spark import decode
-from pipeline.formats.iceberg.schema import FieldSpec, build_schema, spark_ddl
+from pipeline.formats.columns import FieldSpec, data_columns, spark_ddl, table_columns
 from pipeline.source.reader import record_schema
 
 SCHEMA = [
@@ -118,12 +118,10 @@ def _normalise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_arrow_engine_matches_spark_from_json(spark: Any) -> None:
     cfg = DecodeConfig.model_validate({"schema": SCHEMA, "maxRecordBytes": 256})
-    schema = build_schema(
+    columns = table_columns(
         [FieldSpec(f["name"], f["type"], f.get("required", False)) for f in SCHEMA]
     )
-    data_ddl = spark_ddl(
-        type(schema)(*[f for f in schema.fields if not f.name.startswith("_kafka")])
-    )
+    data_ddl = spark_ddl(data_columns(columns))
     batch = _records(CORPUS)
     df = spark.createDataFrame(pa.Table.from_batches([batch]).to_pandas())
     df = df.selectExpr(

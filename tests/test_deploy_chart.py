@@ -170,112 +170,95 @@ def test_helm_lint_strict(helm: Any, values: Path | None) -> None:
 # Minimal strict schemas for the two Prometheus Operator kinds kubernetes-validate lacks:
 # exactly the fields the chart uses, so a typo fails here.
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
-_META = {
-    "type": "object",
-    "required": ["name", "labels"],
-    "additionalProperties": False,
-    "properties": {"name": {"type": "string"}, "labels": _LABELS},
-}
+_STRING = {"type": "string"}
+_DURATION = {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"}
+
+
+def _strict(properties: dict[str, Any], *required: str, **more: Any) -> dict[str, Any]:
+    """An object with exactly ``properties`` (``required`` among them) and nothing else."""
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False}
+    if required:
+        out["required"] = list(required)
+    return {**out, **more, "properties": properties}
+
+
+def _array_of(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "minItems": 1, "items": item}
+
+
+def _crd(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A Prometheus Operator resource of ``kind``: name and labels, then ``spec``."""
+    return _strict(
+        {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": _strict({"name": _STRING, "labels": _LABELS}, "name", "labels"),
+            "spec": spec,
+        },
+        "apiVersion",
+        "kind",
+        "metadata",
+        "spec",
+    )
+
+
 _CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": "ServiceMonitor"},
-            "metadata": _META,
-            "spec": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["selector", "endpoints"],
-                "properties": {
-                    "selector": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {"matchLabels": _LABELS},
-                    },
-                    "namespaceSelector": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "matchNames": {"type": "array", "items": {"type": "string"}}
+    "ServiceMonitor": _crd(
+        "ServiceMonitor",
+        _strict(
+            {
+                "selector": _strict({"matchLabels": _LABELS}),
+                "namespaceSelector": _strict({"matchNames": {"type": "array", "items": _STRING}}),
+                "endpoints": _array_of(
+                    _strict(
+                        {
+                            "port": _STRING,
+                            "path": _STRING,
+                            "interval": _DURATION,
+                            "scrapeTimeout": _DURATION,
                         },
-                    },
-                    "endpoints": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["port", "path"],
-                            "properties": {
-                                "port": {"type": "string"},
-                                "path": {"type": "string"},
-                                "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                                "scrapeTimeout": {
-                                    "type": "string",
-                                    "pattern": "^[0-9]+(ms|s|m|h)$",
-                                },
-                            },
-                        },
-                    },
-                },
+                        "port",
+                        "path",
+                    )
+                ),
             },
-        },
-    },
-    "PrometheusRule": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "properties": {
-            "apiVersion": {"const": "monitoring.coreos.com/v1"},
-            "kind": {"const": "PrometheusRule"},
-            "metadata": _META,
-            "spec": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["groups"],
-                "properties": {
-                    "groups": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["name", "rules"],
-                            "properties": {
-                                "name": {"type": "string"},
-                                "interval": {"type": "string"},
-                                "rules": {
-                                    "type": "array",
-                                    "minItems": 1,
-                                    "items": {
-                                        "type": "object",
-                                        "additionalProperties": False,
-                                        "required": ["expr"],
-                                        "oneOf": [
-                                            {"required": ["alert"]},
-                                            {"required": ["record"]},
-                                        ],
-                                        "properties": {
-                                            "alert": {"type": "string"},
-                                            "record": {"type": "string"},
-                                            "expr": {"type": ["string", "integer"]},
-                                            "for": {"type": "string"},
-                                            "keep_firing_for": {"type": "string"},
-                                            "labels": _LABELS,
-                                            "annotations": _LABELS,
-                                        },
+            "selector",
+            "endpoints",
+        ),
+    ),
+    "PrometheusRule": _crd(
+        "PrometheusRule",
+        _strict(
+            {
+                "groups": _array_of(
+                    _strict(
+                        {
+                            "name": _STRING,
+                            "interval": _STRING,
+                            "rules": _array_of(
+                                _strict(
+                                    {
+                                        "alert": _STRING,
+                                        "record": _STRING,
+                                        "expr": {"type": ["string", "integer"]},
+                                        "for": _STRING,
+                                        "keep_firing_for": _STRING,
+                                        "labels": _LABELS,
+                                        "annotations": _LABELS,
                                     },
-                                },
-                            },
+                                    "expr",
+                                    oneOf=[{"required": ["alert"]}, {"required": ["record"]}],
+                                )
+                            ),
                         },
-                    }
-                },
+                        "name",
+                        "rules",
+                    )
+                )
             },
-        },
-    },
+            "groups",
+        ),
+    ),
 }
 
 

@@ -23,6 +23,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.tools.broker import EmbeddedBroker, run_broker_forever
 from pipeline.tools.generator import (
@@ -33,11 +34,6 @@ from pipeline.tools.generator import (
     is_valid_event,
     produce,
 )
-
-try:
-    from tests.kafka_fixtures import KafkaTestBroker, unique_topic
-except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from kafka_fixtures import KafkaTestBroker, unique_topic  # type: ignore[no-redef]
 
 # Kafka protocol ApiKeys
 API_PRODUCE, API_FETCH = 0, 1
@@ -84,7 +80,10 @@ def _read(consumer: Consumer, expected: int, timeout_s: float = 15.0) -> list[Me
     return out
 
 
-def _assert_exactly_once(msgs: list[Message], per_partition: dict[tuple[str, int], int]) -> None:
+def _assert_no_duplicates_and_counts(
+    msgs: list[Message], per_partition: dict[tuple[str, int], int]
+) -> None:
+    """No (topic, partition, offset) read twice, and ``per_partition`` records per partition."""
     positions = Counter((m.topic(), m.partition(), m.offset()) for m in msgs)
     dupes = [p for p, n in positions.items() if n > 1]
     assert not dupes, f"duplicates: {dupes[:5]}"
@@ -115,7 +114,7 @@ def test_produce_and_read_back_exactly_once(broker: EmbeddedBroker) -> None:
         assert (low, high) == (0, result.per_partition[(topic, p)])
     consumer.close()
 
-    _assert_exactly_once(msgs, result.per_partition)
+    _assert_no_duplicates_and_counts(msgs, result.per_partition)
     # every record arrived intact, with its key, in per-key order
     sent = list(generate_events(spec))
     assert Counter((m.key(), m.value()) for m in msgs) == Counter(sent)
@@ -183,7 +182,7 @@ def test_broker_down_up_and_leader_moves_lose_nothing(broker: EmbeddedBroker) ->
     expected = {
         tp: first.per_partition[tp] + second.per_partition[tp] for tp in first.per_partition
     }
-    _assert_exactly_once(msgs, expected)
+    _assert_no_duplicates_and_counts(msgs, expected)
 
 
 def test_delete_records_moves_low_watermark(broker: EmbeddedBroker) -> None:

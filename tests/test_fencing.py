@@ -20,18 +20,18 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import yaml
-from conftest import postgres_uri
-from kafka_fixtures import KafkaTestBroker, unique_topic
-from test_pipeline_iceberg import coords, produced
+from support.drivers import coords, pipeline_config, produced, write_config
+from support.kafka_fixtures import KafkaTestBroker
+from support.pg_fixtures import postgres_uri
 
-from pipeline.commit.coordinator import Coordinator, PartitionStats, StagedBatch
+from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.config import parse_config
 from pipeline.errors import FencedError
 from pipeline.formats.iceberg.sinks import IcebergCommitter, IcebergSinks
 from pipeline.formats.iceberg.writer import write_data_files
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 TP = TopicPartition("events", 0)
@@ -90,7 +90,7 @@ class _RacingCommitter(IcebergCommitter):
         self.between = between
 
     def commit(self, files: list[bytes], checkpoint: Any) -> None:
-        from pipeline.formats.iceberg.table import CommitCheckpoint
+        from pipeline.commit.checkpoint import CommitCheckpoint
 
         fired = []
 
@@ -99,21 +99,7 @@ class _RacingCommitter(IcebergCommitter):
                 fired.append(True)
                 self.between()
 
-        self.sink.commit(
-            files,
-            CommitCheckpoint(
-                pipeline_id=checkpoint.pipeline_id,
-                incarnation=checkpoint.incarnation,
-                batch_id=checkpoint.batch_id,
-                epoch=checkpoint.epoch,
-                ranges=checkpoint.ranges,
-                committed_offsets=dict(checkpoint.committed),
-                records=checkpoint.records,
-                instant=checkpoint.instant,
-                batch_end=dict(checkpoint.batch_end) if checkpoint.batch_end else None,
-            ),
-            precondition=precondition,
-        )
+        self.sink.commit(files, checkpoint, precondition=precondition)
 
 
 @pytest.mark.parametrize("catalog_kind", ["sqlite", "postgresql"])
@@ -161,19 +147,17 @@ def test_zombie_loaded_before_fence_commits_after_it_is_refused(
 
 
 def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any]) -> Path:
-    cfg = {
-        "id": f"two-{topic}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "decode": {"schema": event_schema_fields()},
-        "sink": {"catalog": catalog, "table": f"db_{topic.replace('-', '_')}.events"},
-        "checkpointLocation": str(tmp / "checkpoint"),
-        "trigger": {"mode": "processing-time", "interval": "1 second"},
-        "spark": {"master": "local[2]"},
-        "metrics": {"enabled": False},
-    }
-    path = tmp / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    sink = {"catalog": catalog, "table": f"db_{topic.replace('-', '_')}.events"}
+    cfg = pipeline_config(
+        tmp,
+        bootstrap,
+        topic,
+        sink,
+        id=f"two-{topic}",
+        trigger={"mode": "processing-time", "interval": "1 second"},
+        spark={"master": "local[2]"},
+    )
+    return write_config(tmp, cfg)
 
 
 def test_second_driver_fences_the_first(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
@@ -181,8 +165,7 @@ def test_second_driver_fences_the_first(kafka_broker: KafkaTestBroker, tmp_path:
     catalog: dict[str, Any] = {"warehouse": str(tmp_path / "wh")}
     if uri is not None:  # real concurrent commits through PostgreSQL when it is there
         catalog = {**catalog, "name": f"two_{os.getpid()}", "uri": uri}
-    topic = unique_topic("two")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("two", 2)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, catalog)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
     cmd = [sys.executable, "-m", "pipeline", "run", "--config", str(config)]

@@ -25,38 +25,42 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kafka_fixtures import KafkaTestBroker, unique_topic
+from support.drivers import (
+    hudi_coords,
+    iceberg_coords,
+    pipeline_config,
+    produced,
+    write_config,
+)
+from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.config import load_config
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 20.0
 
 
 def _config(tmp: Path, bootstrap: str, topic: str, fmt: str, **run: Any) -> Path:
-    cfg: dict[str, Any] = {
-        "id": f"stop-{topic}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "decode": {"schema": event_schema_fields()},
-        "checkpointLocation": str(tmp / "checkpoint"),
-        "trigger": {"mode": "processing-time", "interval": "1 second"},
-        "spark": {"master": "local[2]"},
-        "metrics": {"enabled": False},
-        "run": {"stopTimeoutSeconds": STOP_TIMEOUT_S, **run},
-    }
     if fmt == "hudi":
-        cfg["sink"] = {
+        sink = {
             "format": "hudi",
             "table": "db.events",
             "hudi": {"basePath": str(tmp / "lake" / "events")},
         }
     else:
-        cfg["sink"] = {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.events"}
-    path = tmp / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+        sink = {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.events"}
+    cfg = pipeline_config(
+        tmp,
+        bootstrap,
+        topic,
+        sink,
+        id=f"stop-{topic}",
+        trigger={"mode": "processing-time", "interval": "1 second"},
+        spark={"master": "local[2]"},
+        run={"stopTimeoutSeconds": STOP_TIMEOUT_S, **run},
+    )
+    return write_config(tmp, cfg)
 
 
 class Driver:
@@ -113,35 +117,11 @@ def _sinks(cfg: Any) -> Any:
 
 def _coords(cfg: Any) -> Counter[tuple[str, int, int]]:
     """(topic, partition, offset) of every row in the main and dead-letter tables."""
-    out: Counter[tuple[str, int, int]] = Counter()
     if cfg.sink.format == "hudi":
-        from test_hudi_pipeline import coords
-
         base = Path(cfg.sink.hudi.base_path)
-        return coords(base.parent.parent)
+        return hudi_coords(base, Path(f"{base}_dead_letter"))
     sinks = _sinks(cfg)
-    for committer in (sinks.main, sinks.dead_letter):
-        table = committer.table() if committer is not None else None
-        if table is None:
-            continue
-        t = table.scan(
-            selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
-        ).to_arrow()
-        out.update(
-            zip(
-                t["_kafka_topic"].to_pylist(),
-                t["_kafka_partition"].to_pylist(),
-                t["_kafka_offset"].to_pylist(),
-                strict=True,
-            )
-        )
-    return out
-
-
-def _produced(*results: Any) -> Counter[tuple[str, int, int]]:
-    return Counter(
-        (t, p, o) for r in results for (t, p), (a, b) in r.offsets.items() for o in range(a, b + 1)
-    )
+    return iceberg_coords(sinks.main, sinks.dead_letter)
 
 
 def _wait(cond: Any, driver: Driver, timeout: float, what: str) -> None:
@@ -176,8 +156,7 @@ def _assert_clean_stop(
 
 
 def _mid_batch_then_idle(kafka_broker: KafkaTestBroker, tmp_path: Path, fmt: str) -> None:
-    topic = unique_topic(f"stop-{fmt}")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic(f"stop-{fmt}", 2)
     config = _config(tmp_path, kafka_broker.bootstrap_servers, topic, fmt)
     first = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=61))
 
@@ -192,12 +171,12 @@ def _mid_batch_then_idle(kafka_broker: KafkaTestBroker, tmp_path: Path, fmt: str
         driver.kill()
     _assert_clean_stop(rc, out, err, elapsed, batches=1)
     assert elapsed > 2, "the stop did not wait for the batch"
-    assert _coords(driver.cfg) == _produced(first)  # the batch committed, not cut
+    assert _coords(driver.cfg) == produced(first)  # the batch committed, not cut
     assert not _pending(driver.cfg)()
 
     # 2. The next run resumes, commits the new records, idles; SIGTERM stops it promptly.
     second = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=62))
-    want = _produced(first, second)
+    want = produced(first, second)
     driver = Driver(config)
     try:
         _wait(lambda: sum(_coords(driver.cfg).values()) >= want.total(), driver, 120, "resume")
@@ -230,8 +209,7 @@ def test_stop_cut_short_then_second_signal_then_resume(
     second signal exits at once (130); either way the next run recovers exactly once."""
     if fmt == "hudi":
         pytest.importorskip("hudi")
-    topic = unique_topic(f"cut-{fmt}")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic(f"cut-{fmt}", 2)
     config = _config(tmp_path, kafka_broker.bootstrap_servers, topic, fmt, stopTimeoutSeconds=3)
     first = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=71))
 
@@ -265,7 +243,7 @@ def test_stop_cut_short_then_second_signal_then_resume(
     assert "second stop signal" in err, err
 
     # 3. the next run recovers, catches up, and stops idle
-    want = _produced(first, second)
+    want = produced(first, second)
     driver = Driver(config)
     try:
         _wait(lambda: sum(_coords(driver.cfg).values()) >= want.total(), driver, 120, "resume")

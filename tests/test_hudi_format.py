@@ -1,7 +1,7 @@
 """The native Hudi writer and committer without Spark: real files, read back with hudi-rs.
 
 Tables are written with :func:`pipeline.formats.hudi.writer.write_base_files` and
-:class:`pipeline.formats.hudi.table.HudiCommitter` (and, for the protocol tests, the real
+:class:`pipeline.formats.hudi.committer.HudiCommitter` (and, for the protocol tests, the real
 :class:`~pipeline.commit.coordinator.Coordinator` and the real worker loop
 ``pipeline.spark.writer.run_task``), then read with the ``hudi`` package (hudi-rs), an
 independent reader. Nothing is mocked: crashes are injected fault points (``raise``) and
@@ -26,20 +26,24 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.drivers import arrow_coords, hudi_base_files, hudi_completed_commits, hudi_coords
 
-from pipeline.commit.coordinator import Checkpoint, Coordinator, StagedBatch
+from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.faults import FaultInjected, FaultPoints
 from pipeline.commit.instant import BatchIdentity, InstantState, Requested, next_instant_time
 from pipeline.commit.journal import AlreadyExists
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import StagedBatch
 from pipeline.config import parse_config
 from pipeline.errors import CommitError, ConfigError, FencedError
+from pipeline.formats.columns import FieldSpec, dead_letter_columns, table_columns
+from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.layout import BASE_FILE, PARTITION_METADATA
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.sinks import HudiSinks
-from pipeline.formats.hudi.table import HudiCommitter, HudiTable
+from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.writer import write_base_files
-from pipeline.formats.iceberg.schema import FieldSpec, build_schema, dead_letter_schema
 from pipeline.spark.writer import collect_staged, run_task
 
 hudi = pytest.importorskip("hudi")
@@ -66,7 +70,7 @@ def make_spec(
     name: str = "events",
 ) -> HudiTableSpec:
     return HudiTableSpec.build(
-        str(base), "db", name, build_schema(FIELDS), key_fields, partition_fields
+        str(base), "db", name, table_columns(FIELDS), key_fields, partition_fields
     )
 
 
@@ -104,15 +108,15 @@ def checkpoint(
     epoch: int = 1,
     incarnation: str = INC,
     records: int | None = None,
-) -> Checkpoint:
+) -> CommitCheckpoint:
     end = PartitionOffsets({tp: e for tp, (_, e) in ranges.items()})
-    return Checkpoint(
+    return CommitCheckpoint(
         pipeline_id=PIPE,
         incarnation=incarnation,
         batch_id=batch_id,
         epoch=epoch,
         ranges=ranges,
-        committed=end,
+        committed_offsets=end,
         records=sum(e - s for s, e in ranges.values()) if records is None else records,
         instant=ts,
         batch_end=end,
@@ -138,34 +142,8 @@ def read(base: Path | str) -> pa.Table:
     return pa.Table.from_batches(batches)
 
 
-def coords(t: pa.Table) -> Counter[tuple[str, int, int]]:
-    if t.num_rows == 0:
-        return Counter()
-    return Counter(
-        zip(
-            t["_kafka_topic"].to_pylist(),
-            t["_kafka_partition"].to_pylist(),
-            t["_kafka_offset"].to_pylist(),
-            strict=True,
-        )
-    )
-
-
 def expected(tp: TopicPartition, first: int, last: int) -> Counter[tuple[str, int, int]]:
     return Counter((tp.topic, tp.partition, o) for o in range(first, last))
-
-
-def completed(base: Path) -> list[str]:
-    table = hudi.HudiTableBuilder.from_base_uri(str(base)).build()
-    return [i.timestamp for i in table.get_timeline().get_completed_commits()]
-
-
-def base_files(base: Path) -> set[str]:
-    return {
-        str(p.relative_to(base))
-        for p in base.rglob("*.parquet")
-        if not any(part.startswith(".") for part in p.relative_to(base).parts)
-    }
 
 
 # -- format ------------------------------------------------------------------------------
@@ -178,8 +156,8 @@ def test_snapshot_returns_exactly_the_records_with_meta_columns(tmp_path: Path) 
     t2 = commit_range(c, 1, 30, 75)
 
     table = read(base)
-    assert coords(table) == expected(T0, 0, 75)
-    assert completed(base) == [t1, t2]  # hudi-rs's timeline: both commits, in order
+    assert arrow_coords(table) == expected(T0, 0, 75)
+    assert hudi_completed_commits(base) == [t1, t2]  # hudi-rs's timeline: both commits, in order
     assert table.column_names[:5] == [
         "_hoodie_commit_time",
         "_hoodie_commit_seqno",
@@ -282,18 +260,18 @@ def test_hudi_rs_ignores_our_state_inside_hoodie_but_reads_a_sibling_dot_dir(
     commit_range(c, 0, 0, 30)
     journal = base / ".hoodie" / ".ingest" / "journal"
     assert (base / ".hoodie" / ".ingest" / "lock").is_file()
-    a_file = base / next(iter(sorted(base_files(base))))
+    a_file = base / next(iter(sorted(hudi_base_files(base))))
     inside = base / ".hoodie" / ".ingest" / "tmp" / a_file.name
     inside.parent.mkdir(parents=True, exist_ok=True)
     inside.write_bytes(a_file.read_bytes())
     (journal / "x").mkdir(parents=True, exist_ok=True)
     (journal / "x" / "20240101000000000.requested").write_text("{}")
-    assert coords(read(base)) == expected(T0, 0, 30)  # undisturbed
+    assert arrow_coords(read(base)) == expected(T0, 0, 30)  # undisturbed
     beside = base / ".ingest" / "tmp" / a_file.name
     beside.parent.mkdir(parents=True)
     beside.write_bytes(a_file.read_bytes())
     try:
-        disturbed = coords(read(base))
+        disturbed = arrow_coords(read(base))
     except Exception:  # hudi-rs may also refuse the duplicate file id
         disturbed = None
     assert disturbed != expected(T0, 0, 30)
@@ -305,7 +283,7 @@ def test_unpartitioned_table_with_a_configured_key(tmp_path: Path) -> None:
     commit_range(c, 0, 0, 12)
     commit_range(c, 1, 12, 20, tp=T1)
     table = read(base)
-    assert coords(table) == expected(T0, 0, 12) + expected(T1, 12, 20)
+    assert arrow_coords(table) == expected(T0, 0, 12) + expected(T1, 12, 20)
     assert set(table["_hoodie_partition_path"].to_pylist()) == {""}
     assert sorted(table["_hoodie_record_key"].to_pylist()) == sorted(table["id"].to_pylist())
     assert "NonpartitionedKeyGenerator" in (base / ".hoodie" / "hoodie.properties").read_text()
@@ -314,7 +292,7 @@ def test_unpartitioned_table_with_a_configured_key(tmp_path: Path) -> None:
 
 def test_awkward_partition_values_are_escaped_and_read_back(tmp_path: Path) -> None:
     fields = [FieldSpec("k", "string", True), FieldSpec("c", "string")]
-    spec = HudiTableSpec.build(str(tmp_path / "t"), "db", "t", build_schema(fields), ["k"], ["c"])
+    spec = HudiTableSpec.build(str(tmp_path / "t"), "db", "t", table_columns(fields), ["k"], ["c"])
     c = HudiCommitter(HudiTable(spec))
     values = ["a/b", "x=y", "", None, "plain", "%41"]
     n = len(values)
@@ -338,7 +316,7 @@ def test_awkward_partition_values_are_escaped_and_read_back(tmp_path: Path) -> N
 
 
 def test_dead_letter_schema_with_nested_headers(tmp_path: Path) -> None:
-    spec = HudiTableSpec.build(str(tmp_path / "dlq"), "db", "dlq", dead_letter_schema(), (), ())
+    spec = HudiTableSpec.build(str(tmp_path / "dlq"), "db", "dlq", dead_letter_columns(), (), ())
     c = HudiCommitter(HudiTable(spec))
     headers_type = spec.arrow_schema.field("headers").type
     batch = pa.record_batch(
@@ -373,8 +351,8 @@ def test_files_of_pending_and_rolled_back_instants_are_never_returned(tmp_path: 
     c.begin(t2)
     pending = stage(c, f"{t2}-{TAG}", rows(T0, 20, 40), seed=7000)
     assert pending and all((base / json.loads(d)["path"]).is_file() for d in pending)
-    assert coords(read(base)) == expected(T0, 0, 20)
-    assert completed(base) == [t1]
+    assert arrow_coords(read(base)) == expected(T0, 0, 20)
+    assert hudi_completed_commits(base) == [t1]
     # markers name the staged files while the instant is pending
     assert len(list((base / ".hoodie" / ".temp" / t2).rglob("*.marker.CREATE"))) == len(pending)
     # roll back as the coordinator does: files first, then the instant files
@@ -384,12 +362,12 @@ def test_files_of_pending_and_rolled_back_instants_are_never_returned(tmp_path: 
     c.abort(t2)
     assert not [f for f in os.listdir(base / ".hoodie") if f.startswith(t2)]
     assert not (base / ".hoodie" / ".temp" / t2).exists()
-    assert coords(read(base)) == expected(T0, 0, 20)
+    assert arrow_coords(read(base)) == expected(T0, 0, 20)
     # the next commit is unaffected
     commit_range(c, 1, 20, 40)
-    assert coords(read(base)) == expected(T0, 0, 40)
+    assert arrow_coords(read(base)) == expected(T0, 0, 40)
     # a file of a completed commit is never deleted by a rollback
-    kept = next(iter(base_files(base)))
+    kept = next(iter(hudi_base_files(base)))
     assert c.delete_files([str(base / kept)]) == []
     assert (base / kept).exists()
 
@@ -397,18 +375,18 @@ def test_files_of_pending_and_rolled_back_instants_are_never_returned(tmp_path: 
 def test_old_commits_leave_the_timeline_and_their_ranges_are_carried_forward(
     tmp_path: Path,
 ) -> None:
-    from pipeline.commit.history import RANGES_BEFORE_KEY
+    from pipeline.commit.checkpoint import RANGES_BEFORE_KEY
     from pipeline.tools.verify.ranges import CommitRanges, plan_partitions, range_issues
     from pipeline.tools.verify.tables import HudiSource
 
     base = tmp_path / "events"
     c = HudiCommitter(HudiTable(make_spec(base)), max_commits=10, trim_every=5)
     times = [commit_range(c, b, b * 3, b * 3 + 3) for b in range(30)]
-    active = completed(base)  # as hudi-rs sees the timeline
+    active = hudi_completed_commits(base)  # as hudi-rs sees the timeline
     assert 10 <= len(active) < 10 + 5 and active[-1] == times[-1]
     assert len([n for n in os.listdir(base / ".hoodie") if n[:1].isdigit()]) == 3 * len(active)
     # the data files of trimmed commits stay, and hudi-rs still reads every row once
-    assert coords(read(base)) == expected(T0, 0, 90)
+    assert arrow_coords(read(base)) == expected(T0, 0, 90)
     # the oldest retained commit carries what the trimmed ones recorded
     oldest = c.hudi.extra_metadata(active[0])
     start = int(oldest["ingest.batch-id"]) * 3
@@ -416,7 +394,7 @@ def test_old_commits_leave_the_timeline_and_their_ranges_are_carried_forward(
     assert c.hudi.extra_metadata(times[-1])[RANGES_BEFORE_KEY] == '{"t":{"0":[[0,87]]}}'
     # dedupe and fencing work on the bounded timeline; trimmed files are committed files
     assert c.is_committed(PIPE, INC, 29)
-    trimmed_file = next(f for f in base_files(base) if f.split("_")[-1][:17] == times[0])
+    trimmed_file = next(f for f in hudi_base_files(base) if f.split("_")[-1][:17] == times[0])
     assert c.delete_files([str(base / trimmed_file)]) == []
     c.fence(PIPE, 2)
     with pytest.raises(FencedError):
@@ -441,7 +419,7 @@ def test_trimming_stops_at_a_pending_instant_and_deletes_debris_first(tmp_path: 
     for name in os.listdir(base / ".hoodie"):
         if name.startswith(ghost):
             os.unlink(base / ".hoodie" / name)
-    assert coords(read(base)) == expected(T0, 0, 3)
+    assert arrow_coords(read(base)) == expected(T0, 0, 3)
     for b in range(1, 15):
         commit_range(c, b, b * 3, b * 3 + 3)
     # a pending instant with staged files stops trimming at its time
@@ -452,10 +430,10 @@ def test_trimming_stops_at_a_pending_instant_and_deletes_debris_first(tmp_path: 
         commit_range(c, b, b * 3, b * 3 + 3, tp=T1)
     through = c.hudi.trimmed_through()
     assert through is not None and ghost < through < pending  # never past the pending one
-    assert len(completed(base)) == 25  # the 25 commits after it: none could go
+    assert len(hudi_completed_commits(base)) == 25  # the 25 commits after it: none could go
     assert {i.state for i in c.hudi.instants() if i.time == pending} == {"requested", "inflight"}
     assert all(not (base / json.loads(d)["path"]).exists() for d in debris)
-    got = coords(read(base))
+    got = arrow_coords(read(base))
     assert got == expected(T0, 0, 45) + expected(T1, 45, 120)  # no debris, no pending rows
 
 
@@ -483,10 +461,10 @@ def test_failed_first_run_leaves_no_table_and_no_visible_orphans(tmp_path: Path)
     t2 = next_instant_time(t1)
     c.begin(t2)
     c.commit(stage(c, f"{t2}-{TAG}", rows(T0, 0, 10), seed=2000), checkpoint(t2, 0, {T0: (0, 10)}))
-    assert coords(read(base)) == expected(T0, 0, 10)  # the t1 orphans (older) are gone
-    assert completed(base) == [t2]
+    assert arrow_coords(read(base)) == expected(T0, 0, 10)  # the t1 orphans (older) are gone
+    assert hudi_completed_commits(base) == [t2]
     assert not staging.exists() and (base / ".hoodie" / ".ingest" / "fence" / PIPE).is_file()
-    assert all(c.describe(d)[0] not in base_files(base) for d in staged)
+    assert all(c.describe(d)[0] not in hudi_base_files(base) for d in staged)
 
 
 def test_stray_files_of_retried_tasks_are_removed_before_the_commit(tmp_path: Path) -> None:
@@ -504,12 +482,12 @@ def test_stray_files_of_retried_tasks_are_removed_before_the_commit(tmp_path: Pa
     )
     (base / "country=us" / dead_attempt_name(dead_attempt, "us")).rename(foreign)
     c.commit(retry, checkpoint(t2, 1, {T0: (10, 40)}))
-    files = base_files(base)
+    files = hudi_base_files(base)
     assert all(json.loads(d)["path"] not in files for d in dead_attempt)
     assert all(json.loads(d)["path"] in files for d in retry)
     assert foreign.exists()
     foreign.unlink()
-    assert coords(read(base)) == expected(T0, 0, 40)  # once, although staged twice
+    assert arrow_coords(read(base)) == expected(T0, 0, 40)  # once, although staged twice
 
 
 def dead_attempt_name(descriptors: list[bytes], country: str) -> str:
@@ -528,8 +506,8 @@ def test_commit_is_idempotent_per_batch(tmp_path: Path) -> None:
     cp = checkpoint(ts, 0, {T0: (0, 10)})
     c.commit(files, cp)
     c.commit(files, cp)  # a recommit after an unknown outcome: nothing happens
-    assert completed(base) == [ts]
-    assert coords(read(base)) == expected(T0, 0, 10)
+    assert hudi_completed_commits(base) == [ts]
+    assert arrow_coords(read(base)) == expected(T0, 0, 10)
     # same batch id, other planned range (a restored older checkpoint): not the same batch
     other = PartitionOffsets({T0: 12})
     assert not c.is_committed(PIPE, INC, 0, other) and c.is_committed(PIPE, INC, 0, cp.batch_end)
@@ -562,16 +540,17 @@ def test_fence_refuses_commits_of_older_epochs(tmp_path: Path) -> None:
         zombie.commit(stage(zombie, t3, rows(T0, 10, 20)), checkpoint(t3, 1, {T0: (10, 20)}, 1))
     new_owner.fence(PIPE, 3)
     assert zombie.latest_epoch(PIPE) == 3
-    assert coords(read(base)) == expected(T0, 0, 10)
+    assert arrow_coords(read(base)) == expected(T0, 0, 10)
 
 
 _HOLDER = """
 import sys, time
-from pipeline.formats.hudi.table import HudiCommitter, HudiTable
+from pipeline.formats.hudi.committer import HudiCommitter
+from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
-from pipeline.formats.iceberg.schema import FieldSpec, build_schema
+from pipeline.formats.columns import FieldSpec, table_columns
 fields = [FieldSpec(*f) for f in {fields!r}]
-spec = HudiTableSpec.build({base!r}, "db", "events", build_schema(fields), (), ("country",))
+spec = HudiTableSpec.build({base!r}, "db", "events", table_columns(fields), (), ("country",))
 c = HudiCommitter(HudiTable(spec))
 with c.hudi.locked():
     print("locked", flush=True)
@@ -610,7 +589,7 @@ def test_a_fence_racing_a_commit_is_serialised_by_the_lock(tmp_path: Path) -> No
         c.commit(files, checkpoint(ts, 1, {T0: (10, 20)}, epoch=2))
     assert time.monotonic() - started >= 0.8  # it waited for the other holder
     assert proc.wait(30) == 0
-    assert coords(read(base)) == expected(T0, 0, 10)
+    assert arrow_coords(read(base)) == expected(T0, 0, 10)
 
 
 def test_lock_held_elsewhere_times_out_with_a_clear_error(tmp_path: Path) -> None:
@@ -724,11 +703,7 @@ class MiniSpark:
 
 
 def _all_coords(tmp: Path) -> Counter[tuple[str, int, int]]:
-    out: Counter[tuple[str, int, int]] = Counter()
-    for base in (tmp / "events", tmp / "events_dead_letter"):
-        if (base / ".hoodie").exists():
-            out += coords(read(base))
-    return out
+    return hudi_coords(tmp / "events", tmp / "events_dead_letter")
 
 
 CHAIN = [
@@ -781,7 +756,7 @@ def test_every_crash_point_then_restart_gives_each_record_exactly_once(tmp_path:
             for ss in table.commit_metadata(ts)["partitionToWriteStats"].values()
             for s in ss
         }
-        assert base_files(base) == listed
+        assert hudi_base_files(base) == listed
     assert sinks.main.committed_offsets(PIPE) == spark.produced
 
 
@@ -795,7 +770,7 @@ def test_replayed_batch_is_skipped_and_lost_checkpoint_resumes_from_the_table(
     # Spark's commit log lost the batch: the replay is skipped, nothing twice
     spark.commit_log.clear()
     spark.run(HudiSinks.from_config(cfg))
-    assert len(completed(tmp_path / "events")) == 1
+    assert len(hudi_completed_commits(tmp_path / "events")) == 1
     sinks = HudiSinks.from_config(cfg)
     assert sinks.main.committed_offsets(PIPE) == PartitionOffsets({T0: 30, T1: 20})
 

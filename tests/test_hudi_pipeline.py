@@ -18,24 +18,33 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-import yaml
-from drivers import logged_records
-from drivers import run_driver as _run
-from kafka_fixtures import KafkaTestBroker, unique_topic
+from support.drivers import (
+    hudi_base_files,
+    hudi_completed_commits,
+    hudi_coords,
+    hudi_read,
+    killed_at_every_fault_point,
+    logged_records,
+    pipeline_config,
+    produced,
+    run_cli,
+    run_driver_killed,
+    run_driver_ok,
+    write_config,
+)
+from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
 from pipeline.config import load_config, parse_config
 from pipeline.formats.hudi.sinks import HudiSinks
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.tools.generator import GeneratorSpec, produce
 
 hudi = pytest.importorskip("hudi")
 
@@ -43,62 +52,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def hudi_config(tmp: Path, bootstrap: str, topic: str, **source: Any) -> dict[str, Any]:
-    return {
-        "id": f"p-{topic}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic], **source},
-        "decode": {"schema": event_schema_fields()},
-        "sink": {
-            "format": "hudi",
-            "table": "db.events",
-            "hudi": {"basePath": str(tmp / "lake" / "events"), "partitionFields": ["country"]},
-        },
-        "checkpointLocation": str(tmp / "checkpoint"),
-        "trigger": {"mode": "available-now"},
-        "metrics": {"enabled": False},
+    sink = {
+        "format": "hudi",
+        "table": "db.events",
+        "hudi": {"basePath": str(tmp / "lake" / "events"), "partitionFields": ["country"]},
     }
-
-
-def read(base: Path) -> pa.Table | None:
-    if not (base / ".hoodie").is_dir():
-        return None
-    batches = hudi.HudiTableBuilder.from_base_uri(str(base)).build().read()
-    return pa.Table.from_batches(batches) if batches else None
+    return pipeline_config(tmp, bootstrap, topic, sink, source=source)
 
 
 def coords(tmp: Path) -> Counter[tuple[str, int, int]]:
     """(topic, partition, offset) of every row of the main and dead-letter tables."""
-    out: Counter[tuple[str, int, int]] = Counter()
-    for base in (tmp / "lake" / "events", tmp / "lake" / "events_dead_letter"):
-        t = read(base)
-        if t is not None:
-            out.update(
-                zip(
-                    t["_kafka_topic"].to_pylist(),
-                    t["_kafka_partition"].to_pylist(),
-                    t["_kafka_offset"].to_pylist(),
-                    strict=True,
-                )
-            )
-    return out
-
-
-def produced(*results: Any) -> Counter[tuple[str, int, int]]:
-    return Counter(
-        (t, p, o) for r in results for (t, p), (a, b) in r.offsets.items() for o in range(a, b + 1)
-    )
-
-
-def completed_commits(base: Path) -> list[str]:
-    table = hudi.HudiTableBuilder.from_base_uri(str(base)).build()
-    return [i.timestamp for i in table.get_timeline().get_completed_commits()]
-
-
-def base_files(base: Path) -> set[str]:
-    return {
-        str(p.relative_to(base))
-        for p in base.rglob("*.parquet")
-        if not any(x.startswith(".") for x in p.relative_to(base).parts)
-    }
+    return hudi_coords(tmp / "lake" / "events", tmp / "lake" / "events_dead_letter")
 
 
 def referenced(base: Path) -> set[str]:
@@ -116,11 +80,10 @@ def referenced(base: Path) -> set[str]:
 def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(
-        logging.INFO, logger="pipeline.formats.hudi.table"
-    )  # a drill may quiet parents
-    topic = unique_topic("hudi")
-    kafka_broker.create_topic(topic, 4)
+    # a drill may quiet parents
+    caplog.set_level(logging.INFO, logger="pipeline.formats.hudi.table")
+    caplog.set_level(logging.INFO, logger="pipeline.formats.hudi.committer")
+    topic = kafka_broker.new_topic("hudi", 4)
     r1 = produce(
         kafka_broker.bootstrap_servers,
         topic,
@@ -139,8 +102,8 @@ def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
         str(main): 4000 - r1.malformed,
         f"{main}_dead_letter": r1.malformed,
     }
-    assert len(completed_commits(main)) == 3  # one Hudi commit per batch
-    table = read(main)
+    assert len(hudi_completed_commits(main)) == 3  # one Hudi commit per batch
+    table = hudi_read(main)
     assert table is not None and table.num_rows == 4000 - r1.malformed
     assert set(table["_hoodie_partition_path"].to_pylist()) == {
         f"country={c}" for c in table["country"].to_pylist()
@@ -155,9 +118,19 @@ def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     (commits / str(last)).unlink()
     (commits / f".{last}.crc").unlink(missing_ok=True)
     r2 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=62))
-    stats2 = Pipeline(cfg, spark).run()
+    p2 = Pipeline(cfg, spark)
+    metrics = p2.attach_metrics(serve=False)  # same metrics as Iceberg, from the committer
+    try:
+        stats2 = p2.run()
+    finally:
+        metrics.stop()
     assert stats2.skipped == 1
     assert coords(tmp_path) == produced(r1, r2)
+    sample = metrics.registry.get_sample_value
+    assert (sample("ingest_bytes_total", {"topic": topic}) or 0) > 0  # the batch after the skip
+    newest = HudiSinks.from_config(cfg).main.last_commit_time(cfg.id)
+    assert newest is not None and sample("ingest_last_commit_timestamp_seconds") >= newest
+    assert sample("ingest_writer_epoch") == p2.coordinator.epoch >= 1
 
     # Checkpoint deleted: startingOffsets=table resumes from the Hudi commit metadata.
     shutil.rmtree(tmp_path / "checkpoint")
@@ -165,25 +138,21 @@ def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     p3 = Pipeline(cfg, spark)
     p3.run()
     assert coords(tmp_path) == produced(r1, r2, r3)
-    latest = completed_commits(main)[-1]
+    latest = hudi_completed_commits(main)[-1]
     extra = json.loads((main / ".hoodie" / f"{latest}.commit").read_text())["extraMetadata"]
     assert extra["ingest.pipeline-id"] == cfg.id
     committed = json.loads(extra["ingest.committed-offsets"])[topic]
     assert {int(k): v for k, v in committed.items()} == {
         p: b + 1 for (_, p), (_, b) in r3.offsets.items()
     }
-    assert base_files(main) == referenced(main)
+    assert hudi_base_files(main) == referenced(main)
 
 
 # -- crash points (driver processes) -----------------------------------------------------------
 
 
 def _config_file(tmp: Path, bootstrap: str, topic: str, master: str = "local[2]") -> Path:
-    cfg = hudi_config(tmp, bootstrap, topic)
-    cfg["spark"] = {"master": master}
-    path = tmp / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp, {**hudi_config(tmp, bootstrap, topic), "spark": {"master": master}})
 
 
 def _check_clean(tmp: Path, config: Path) -> None:
@@ -193,7 +162,7 @@ def _check_clean(tmp: Path, config: Path) -> None:
     assert not sinks.timeline(load_config(config).id).pending()
     for base in (tmp / "lake" / "events", tmp / "lake" / "events_dead_letter"):
         if (base / ".hoodie").is_dir():
-            assert base_files(base) == referenced(base)
+            assert hudi_base_files(base) == referenced(base)
     for committer in (sinks.main, sinks.dead_letter):
         assert committer is not None and not committer.hudi.pending_times()
 
@@ -202,73 +171,37 @@ def _check_clean(tmp: Path, config: Path) -> None:
 def test_killed_after_precommit_is_recommitted_without_recomputing(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("hudi-recommit")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("hudi-recommit", 2)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic)
     r1 = produce(
         kafka_broker.bootstrap_servers,
         topic,
         GeneratorSpec(count=800, malformed_fraction=0.05, seed=71),
     )
-    r = _run(config, "after-precommit:kill")
-    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    run_driver_killed(config, "after-precommit:kill")
     main = tmp_path / "lake" / "events"
-    staged = base_files(main)
+    staged = hudi_base_files(main)
     assert staged and not (main / ".hoodie").exists()  # first commit never happened
-    assert read(main) is None
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"}
-    st = subprocess.run(
-        [sys.executable, "-m", "pipeline", "status", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
-    )
+    assert hudi_read(main) is None
+    st = run_cli("status", "--config", str(config), COLUMNS="300")
     assert st.returncode == 0, st.stderr
     assert "inflight" in st.stdout and "does not exist yet" in st.stdout, st.stdout
-    r = _run(config, None)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert base_files(main) == staged  # the same files were committed, nothing recomputed
+    run_driver_ok(config)
+    assert hudi_base_files(main) == staged  # the same files were committed, nothing recomputed
     assert coords(tmp_path) == produced(r1)
     _check_clean(tmp_path, config)
 
 
-# (fault armed in a run, what the next run's recovery does with its instant)
-CHAIN = [
-    ("after-requested:kill", "rolled_back"),
-    ("after-write:kill", "rolled_back"),
-    ("during-rollback:kill", None),  # dies while rolling back the previous run's instant
-    ("after-precommit:kill", "recommitted"),
-    ("after-dead-letter-commit:kill", "recommitted"),
-    ("after-commit:kill", "completed"),
-    ("after-commit-before-checkpoint:kill", "replay_skipped"),
-]
-
-
 @pytest.mark.slow
 def test_driver_killed_at_every_fault_point(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
-    topic = unique_topic("hudi-crash")
-    kafka_broker.create_topic(topic, 3)
+    topic = kafka_broker.new_topic("hudi-crash", 3)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic)
-    results = []
-    for i, (fault, _) in enumerate(CHAIN):
-        results.append(
-            produce(
-                kafka_broker.bootstrap_servers,
-                topic,
-                GeneratorSpec(count=600, malformed_fraction=0.05, seed=200 + i),
-            )
-        )
-        r = _run(config, fault)
-        assert r.returncode == -signal.SIGKILL, (fault, r.returncode, r.stderr[-2000:])
-    r = _run(config, None)  # recovers the last instant, then drains
-    assert r.returncode == 0, r.stderr[-3000:]
+    results = killed_at_every_fault_point(kafka_broker.bootstrap_servers, topic, config, 200)
+    run_driver_ok(config)  # recovers the last instant, then drains
     results.append(
         produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=299))
     )
-    r = _run(config, None)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_driver_ok(config)
     assert coords(tmp_path) == produced(*results)  # every record exactly once, 9 runs
     _check_clean(tmp_path, config)
     sinks = HudiSinks.from_config(load_config(config))
@@ -282,12 +215,10 @@ def test_worker_killed_mid_write_leaves_no_duplicate(
     """A task attempt dies after staging its files; Spark retries it (local[2,3]). The
     dead attempt's files carry the committed instant time, so the commit must remove
     them: hudi-rs lists files and would read them."""
-    topic = unique_topic("hudi-midwrite")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("hudi-midwrite", 2)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, master="local[2,3]")
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=81))
-    r = _run(config, "mid-write:kill")
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_driver_ok(config, "mid-write:kill")
     assert coords(tmp_path) == produced(r1)
     _check_clean(tmp_path, config)
     assert "stray file(s) of failed task attempts deleted" in r.stdout  # the log stream
@@ -329,8 +260,7 @@ def test_spark_hudi_reader_reads_the_native_table(
     bundle = _hudi_bundle(spark)
     if bundle is None:
         pytest.skip("Hudi Spark bundle not on the classpath")
-    topic = unique_topic("hudi-jvm")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("hudi-jvm", 2)
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=91))
     cfg = parse_config(hudi_config(tmp_path, kafka_broker.bootstrap_servers, topic))
     Pipeline(cfg, spark).run()
@@ -351,20 +281,6 @@ def test_spark_hudi_reader_reads_the_native_table(
         )
         assert out.returncode == 0, out.stderr[-3000:]
         got = [tuple(x) for x in json.loads(out.stdout.strip().splitlines()[-1])]
-    dead = _dead_coords(tmp_path)
+    dead = hudi_coords(tmp_path / "lake" / "events_dead_letter")
     assert Counter(got) + dead == produced(r1)  # Spark's Hudi reader: exactly once too
     assert Counter(got) == coords(tmp_path) - dead  # the same rows hudi-rs reads
-
-
-def _dead_coords(tmp: Path) -> Counter[tuple[str, int, int]]:
-    t = read(tmp / "lake" / "events_dead_letter")
-    if t is None:
-        return Counter()
-    return Counter(
-        zip(
-            t["_kafka_topic"].to_pylist(),
-            t["_kafka_partition"].to_pylist(),
-            t["_kafka_offset"].to_pylist(),
-            strict=True,
-        )
-    )

@@ -53,8 +53,10 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from pipeline.commit.checkpoint import COMMITTED_OFFSETS_KEY, PIPELINE_ID_KEY, CommitCheckpoint
 from pipeline.commit.offsets import TopicPartition
-from pipeline.errors import CommitError, ConfigError, find_pipeline_error
+from pipeline.errors import CommitError, ConfigError, FencedError, find_pipeline_error
+from pipeline.formats.columns import spark_ddl, table_columns
 from pipeline.formats.iceberg.schema import (
     KAFKA_COLUMNS,
     FieldSpec,
@@ -63,16 +65,8 @@ from pipeline.formats.iceberg.schema import (
     build_schema,
     dead_letter_schema,
     parse_type,
-    spark_ddl,
 )
-from pipeline.formats.iceberg.table import (
-    COMMITTED_OFFSETS_KEY,
-    PIPELINE_ID_KEY,
-    CommitCheckpoint,
-    IcebergTableSink,
-    WriterFencedError,
-    load_catalog,
-)
+from pipeline.formats.iceberg.table import IcebergTableSink, load_catalog
 from pipeline.formats.iceberg.writer import (
     DataFileWriteError,
     WriteContext,
@@ -334,16 +328,18 @@ def test_arrow_schema_and_spark_ddl() -> None:
     assert arrow.field("_kafka_partition").type == pa.int32()
     assert not arrow.field("event_id").nullable
     assert arrow.field("event_id").metadata[b"PARQUET:field_id"] == b"1"
-    assert spark_ddl(schema) == (
+    assert spark_ddl(
+        table_columns([*FIELDS, FieldSpec("n", "long"), FieldSpec("local", "timestamp")])
+    ) == (
         "`event_id` STRING, `amount` DOUBLE, `ts` TIMESTAMP, `country` STRING, `n` BIGINT, "
         "`local` TIMESTAMP_NTZ, `_kafka_topic` STRING, `_kafka_partition` INT, "
         "`_kafka_offset` BIGINT, `_kafka_timestamp` TIMESTAMP"
     )
-    raw = spark_ddl(build_schema([], raw=True))
+    raw = spark_ddl(table_columns([], raw=True))
     assert raw.startswith(
         "`key` BINARY, `value` BINARY, `headers` ARRAY<STRUCT<`key`: STRING, `value`: BINARY>>"
     )
-    assert "DECIMAL(12,3)" in spark_ddl(build_schema([FieldSpec("p", "decimal(12,3)")]))
+    assert "DECIMAL(12,3)" in spark_ddl(table_columns([FieldSpec("p", "decimal(12,3)")]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -921,7 +917,7 @@ def test_zombie_writer_is_fenced(new_catalog: CatalogFactory) -> None:
         if latest is not None and latest.epoch == 1:  # the new owner fences while we commit
             owner.commit([], checkpoint(1, 10, 10, epoch=2, incarnation="inc-new"))
 
-    with pytest.raises(WriterFencedError, match="epoch 2") as err:
+    with pytest.raises(FencedError, match="epoch 2") as err:
         zombie.commit(blobs, checkpoint(1, 10, 20, epoch=1), precondition=fence)
     assert find_pipeline_error(err.value) is not None
     assert "[ingest:fenced]" in str(err.value)
@@ -929,7 +925,7 @@ def test_zombie_writer_is_fenced(new_catalog: CatalogFactory) -> None:
     assert table is not None
     assert rows(table).num_rows == 10  # the zombie's append did not land
     # Once fenced, every later attempt of the old epoch fails before touching the table.
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(FencedError):
         zombie.commit(blobs, checkpoint(2, 10, 20, epoch=1))
 
 
@@ -946,14 +942,14 @@ def test_fence_stops_an_in_flight_zombie(new_catalog: CatalogFactory) -> None:
         if not fences:
             fences.append(owner.fence("p1", 2))
 
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(FencedError):
         zombie.commit(blobs, checkpoint(2, 15, 20, epoch=1), precondition=owner_takes_over)
     assert fences[0] is not None
     latest = owner.latest_checkpoint("p1")
     assert latest is not None and latest.epoch == 2 and latest.records == 0
     assert latest.committed_offsets == {("orders", 0): 15} and latest.ranges == {}
     assert owner.fence("p1", 2) is None  # already at this epoch
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(FencedError):
         zombie.fence("p1", 1)
     # The fence is no batch: batch 1 is still found, batch 2 is not committed.
     assert owner.is_committed("p1", "inc-a", 1) and not owner.is_committed("p1", "inc-a", 2)
@@ -985,7 +981,7 @@ def test_pyiceberg_retry_disabled_on_foreign_tables(new_catalog: CatalogFactory)
             fenced.append(True)
             owner.commit([], checkpoint(1, 5, 5, epoch=2, incarnation="inc-new"))
 
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(FencedError):
         zombie.commit(blobs, checkpoint(1, 5, 10, epoch=1), precondition=fence)
     table = creator.load_table("db.events")
     assert "commit.retry.num-retries" not in table.properties  # never persisted
@@ -1069,7 +1065,7 @@ def test_load_catalog_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_old_snapshots_expire_and_their_ranges_are_carried_forward(catalog: Catalog) -> None:
-    from pipeline.formats.iceberg.table import RANGES_BEFORE_KEY
+    from pipeline.commit.checkpoint import RANGES_BEFORE_KEY
     from pipeline.tools.verify.ranges import CommitRanges, plan_partitions, range_issues
     from pipeline.tools.verify.tables import IcebergSource
 
@@ -1093,7 +1089,7 @@ def test_old_snapshots_expire_and_their_ranges_are_carried_forward(catalog: Cata
     assert sink.is_committed("p1", "inc-a", 29)
     assert write_and_commit(sink, 29, 87, 3) == ids[-1]
     assert sink.fence("p1", 2) is not None
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(FencedError):
         write_and_commit(sink, 30, 90, 3)
     # the verifier sees every committed offset once: no gap, no overlap
     source = IcebergSource(sink.load())

@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_fixtures import KafkaTestBroker, unique_topic
 from prometheus_client.parser import text_string_to_metric_families
+from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
-from pipeline.commit.coordinator import BatchOutcome
 from pipeline.commit.offsets import BrokerOffsets, PartitionOffsets, TopicPartition
+from pipeline.commit.types import BatchOutcome
 from pipeline.errors import ConfigError, FencedError, PipelineError
 from pipeline.observe.logs import BATCH_LOGGER, batch_log_line
-from pipeline.observe.metrics import OUTCOMES, PHASES, PipelineMetrics, attach, split_by_weight
+from pipeline.observe.metrics import OUTCOMES, PHASES, PipelineMetrics, split_by_weight
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
@@ -109,7 +109,7 @@ def test_outcomes_counters_and_phases(metrics: PipelineMetrics) -> None:
         assert value(s, "ingest_phase_duration_seconds_count", phase=phase) == 0
     assert value(s, "ingest_last_batch_id") == -1
 
-    metrics.observe_outcome(committed_outcome(0), bytes_written=1000)
+    metrics.observe_outcome(committed_outcome(0, bytes=1000))
     # later batches: recovery did not run; its zero timing must not land in the histogram
     metrics.observe_outcome(
         committed_outcome(
@@ -120,8 +120,8 @@ def test_outcomes_counters_and_phases(metrics: PipelineMetrics) -> None:
             committed=PartitionOffsets({tp("a", 0): 70, tp("b", 0): 40}),
             timings={"recovery": 0.0, "write": 0.5, "precommit": 0.01, "commit": 0.2},
             overlap_dropped=3,
+            bytes=100,
         ),
-        bytes_written=100,
     )
     metrics.observe_outcome(BatchOutcome(1, "replay_skipped"))
     recommit = committed_outcome(
@@ -301,7 +301,7 @@ def test_split_by_weight_is_exact() -> None:
 
 
 def test_batch_log_line_is_one_json_object() -> None:
-    line = batch_log_line(committed_outcome(3), pipeline_id="p1", bytes_written=4096)
+    line = batch_log_line(committed_outcome(3, bytes=4096), pipeline_id="p1")
     assert "\n" not in line
     doc = json.loads(line)
     assert doc["event"] == "batch" and doc["pipeline_id"] == "p1"
@@ -316,11 +316,13 @@ def test_batch_log_line_is_one_json_object() -> None:
     }
     assert doc["duration_seconds"] == pytest.approx(2.01)
     assert doc["ts"].endswith("Z")
+    # an outcome that commits no data files logs no bytes
+    assert json.loads(batch_log_line(BatchOutcome(4, "replay_skipped")))["bytes"] is None
 
 
 def test_promtool_check_metrics(metrics: PipelineMetrics) -> None:
     promtool = _need("promtool")
-    metrics.observe_outcome(committed_outcome(0), bytes_written=10)
+    metrics.observe_outcome(committed_outcome(0, bytes=10))
     metrics.update_broker_offsets({tp("a", 0): BrokerOffsets(0, 100)})
     _, text = http_get(f"{metrics.url}/metrics")
     r = subprocess.run(
@@ -561,7 +563,7 @@ def test_prometheus_scrapes_a_running_pipeline(
             }
         )
         pipeline = Pipeline(cfg, spark)
-        metrics = attach(pipeline)
+        metrics = pipeline.attach_metrics()
         assert metrics.port == exporter_port
         results: list[ProduceResult] = [first]
         producing: list[threading.Thread] = []

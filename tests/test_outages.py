@@ -21,22 +21,22 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from drivers import run_driver
-from kafka_fixtures import KafkaTestBroker, unique_topic
-from pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
-from test_pipeline_iceberg import coords, produced
+from support.drivers import coords, pipeline_config, produced, run_driver, write_config
+from support.kafka_fixtures import KafkaTestBroker
+from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
 
 from pipeline.app import Pipeline
+from pipeline.commit.checkpoint import DATA_LOSS_KEY
 from pipeline.commit.faults import FaultPoints
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
-from pipeline.formats.iceberg.table import DATA_LOSS_KEY
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
+from pipeline.observe.base import OutcomeCallback
+from pipeline.tools.generator import GeneratorSpec, produce
 from pipeline.tools.pgcluster import PgCluster
 
 
@@ -50,20 +50,20 @@ def _config(
     source: dict[str, Any] | None = None,
     commit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "id": f"p-{topic}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic], **(source or {})},
-        "decode": {"schema": event_schema_fields()},
-        "sink": {
-            "catalog": catalog or {"warehouse": str(tmp / "warehouse")},
-            "table": f"db_{topic.replace('-', '_')}.events",
-        },
-        "checkpointLocation": str(tmp / "checkpoint"),
-        "trigger": trigger or {"mode": "available-now"},
-        "spark": {"master": "local[2]"},
-        "metrics": {"enabled": False},
-        "commit": commit or {},
+    sink = {
+        "catalog": catalog or {"warehouse": str(tmp / "warehouse")},
+        "table": f"db_{topic.replace('-', '_')}.events",
     }
+    return pipeline_config(
+        tmp,
+        bootstrap,
+        topic,
+        sink,
+        source=source,
+        trigger=trigger or {"mode": "available-now"},
+        spark={"master": "local[2]"},
+        commit=commit or {},
+    )
 
 
 def _embedded(kafka_broker: KafkaTestBroker) -> Any:
@@ -106,34 +106,48 @@ def _committed_at(p: Pipeline) -> dict[int, float]:
     """Records when each batch's outcome reached the driver."""
     seen: dict[int, float] = {}
 
-    def on_batch(outcome: Any) -> None:
+    def on_outcome(outcome: Any) -> None:
         seen.setdefault(outcome.batch_id, time.monotonic())
 
-    p.on_batch = on_batch
+    p.add_observer(OutcomeCallback(on_outcome))
     return seen
+
+
+@pytest.fixture
+def catalog_outage_config(
+    kafka_broker: KafkaTestBroker, tmp_path: Path, pg_cluster: PgCluster
+) -> Callable[..., tuple[Any, dict[str, Any]]]:
+    """``make(name, partitions, spec, retry_s)``: a topic with ``spec``'s records, read 300 a
+    batch into a table of the private catalog ``outage`` whose commits wait ``retry_s``;
+    returns (the ``produce`` result, the config)."""
+
+    def make(
+        name: str, partitions: int, spec: GeneratorSpec, retry_s: int
+    ) -> tuple[Any, dict[str, Any]]:
+        topic = kafka_broker.new_topic(name, partitions)
+        r = produce(kafka_broker.bootstrap_servers, topic, spec)
+        catalog = {"name": "outage", "uri": pg_cluster.sqlalchemy_uri, "warehouse": str(tmp_path)}
+        data = _config(
+            tmp_path,
+            kafka_broker.bootstrap_servers,
+            topic,
+            catalog=catalog,
+            source={"maxRecordsPerTrigger": 300},
+            commit={"catalogRetrySeconds": retry_s},
+        )
+        return r, data
+
+    return make
 
 
 # -- catalog ---------------------------------------------------------------------------
 
 
 def test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes(
-    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, pg_cluster: PgCluster
+    spark: Any, pg_cluster: PgCluster, catalog_outage_config: Any
 ) -> None:
-    topic = unique_topic("cat-wait")
-    kafka_broker.create_topic(topic, 3)
-    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=900, seed=51))
-    catalog = {"name": "outage", "uri": pg_cluster.sqlalchemy_uri, "warehouse": str(tmp_path)}
-    cfg = parse_config(
-        _config(
-            tmp_path,
-            kafka_broker.bootstrap_servers,
-            topic,
-            catalog=catalog,
-            source={"maxRecordsPerTrigger": 300},
-            commit={"catalogRetrySeconds": 60},
-        )
-    )
-    p = Pipeline(cfg, spark)
+    r, data = catalog_outage_config("cat-wait", 3, GeneratorSpec(count=900, seed=51), retry_s=60)
+    p = Pipeline(parse_config(data), spark)
     outage_s = 4.0
     # batch 1: the catalog goes away before the table is loaded for the write;
     # batch 2: after the precommit, so the table commit itself meets the outage
@@ -161,20 +175,9 @@ def test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes(
 
 
 def test_catalog_outage_past_the_deadline_fails_clearly_then_recommits(
-    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, pg_cluster: PgCluster
+    spark: Any, pg_cluster: PgCluster, catalog_outage_config: Any
 ) -> None:
-    topic = unique_topic("cat-fail")
-    kafka_broker.create_topic(topic, 2)
-    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=52))
-    catalog = {"name": "outage", "uri": pg_cluster.sqlalchemy_uri, "warehouse": str(tmp_path)}
-    data = _config(
-        tmp_path,
-        kafka_broker.bootstrap_servers,
-        topic,
-        catalog=catalog,
-        source={"maxRecordsPerTrigger": 300},
-        commit={"catalogRetrySeconds": 3},
-    )
+    r, data = catalog_outage_config("cat-fail", 2, GeneratorSpec(count=600, seed=52), retry_s=3)
     p = Pipeline(parse_config(data), spark)
     hook = _CatalogOutageAt(pg_cluster, {("after-precommit", 1): None})
     p.coordinator.faults = hook
@@ -203,8 +206,7 @@ def test_broker_outage_mid_run_waits_and_resumes_exactly_once(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     broker = _embedded(kafka_broker)
-    topic = unique_topic("brk-out")
-    kafka_broker.create_topic(topic, 3)
+    topic = kafka_broker.new_topic("brk-out", 3)
     results = [produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1200, seed=53))]
     cfg = parse_config(
         _config(
@@ -268,8 +270,7 @@ def test_broker_outage_past_the_deadline_fails_clearly_and_restart_resumes(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     broker = _embedded(kafka_broker)
-    topic = unique_topic("brk-fail")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("brk-fail", 2)
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=55))
     data = _config(
         tmp_path,
@@ -310,8 +311,7 @@ def test_leader_changes_while_batches_read_lose_and_duplicate_nothing(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     broker = _embedded(kafka_broker)
-    topic = unique_topic("leader")
-    kafka_broker.create_topic(topic, 3)
+    topic = kafka_broker.new_topic("leader", 3)
     r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=3000, seed=57))
     cfg = parse_config(
         _config(
@@ -348,11 +348,6 @@ def test_leader_changes_while_batches_read_lose_and_duplicate_nothing(
 # -- retention -------------------------------------------------------------------------
 
 
-def _write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def _last_error(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
     assert lines, stderr[-3000:]
@@ -364,11 +359,10 @@ def test_retention_overtakes_a_stopped_driver(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     broker = _embedded(kafka_broker)
-    topic = unique_topic("ret")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("ret", 2)
     bootstrap = kafka_broker.bootstrap_servers
     data = _config(tmp_path, bootstrap, topic)
-    config = _write(tmp_path / "pipeline.yaml", data)
+    config = write_config(tmp_path, data)
     r1 = produce(bootstrap, topic, GeneratorSpec(count=400, seed=58), partitions=2)
     Pipeline(parse_config(data), spark).run(timeout_s=180)  # then the driver stops
     r2 = produce(bootstrap, topic, GeneratorSpec(count=400, seed=59), partitions=2)
@@ -385,11 +379,9 @@ def test_retention_overtakes_a_stopped_driver(
     assert f"{topic}[0]" in err and str(committed) in err and str(lost_to) in err, err
 
     # failOnDataLoss=false, in-process so the metrics registry can be read afterwards
-    from pipeline.observe.metrics import attach
-
     lenient = parse_config({**data, "source": {**data["source"], "failOnDataLoss": False}})
     p = Pipeline(lenient, spark)
-    metrics = attach(p, serve=False)
+    metrics = p.attach_metrics(serve=False)
     try:
         p.run(timeout_s=180)
         counted = metrics.registry.get_sample_value(

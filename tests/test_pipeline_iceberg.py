@@ -7,75 +7,17 @@ the dead-letter table together.
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import postgres_uri
-from drivers import logged_records
-from kafka_fixtures import KafkaTestBroker, unique_topic
+from support.drivers import coords, iceberg_config, logged_records, produced, run_cli
+from support.kafka_fixtures import KafkaTestBroker
+from support.pg_fixtures import postgres_uri
 
 from pipeline.app import Pipeline
-from pipeline.config import parse_config
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def make_config(
-    tmp: Path,
-    bootstrap: str,
-    topic: str,
-    *,
-    catalog: dict[str, Any] | None = None,
-    table: str = "db.events",
-    **source: Any,
-) -> Any:
-    return parse_config(
-        {
-            "id": f"p-{topic}",
-            "source": {"bootstrapServers": bootstrap, "topics": [topic], **source},
-            "decode": {"schema": event_schema_fields()},
-            "sink": {
-                "catalog": catalog or {"warehouse": str(tmp / "warehouse")},
-                "table": table,
-                "partitionBy": ["day(ts)"],
-            },
-            "checkpointLocation": str(tmp / "checkpoint"),
-            "trigger": {"mode": "available-now"},
-            "metrics": {"port": 0},
-        }
-    )
-
-
-def coords(pipeline: Pipeline) -> Counter[tuple[str, int, int]]:
-    out: Counter[tuple[str, int, int]] = Counter()
-    for committer in (pipeline.sinks.main, pipeline.sinks.dead_letter):
-        table = committer.table() if committer else None
-        if table is None:
-            continue
-        t = table.scan(
-            selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
-        ).to_arrow()
-        out.update(
-            zip(
-                t["_kafka_topic"].to_pylist(),
-                t["_kafka_partition"].to_pylist(),
-                t["_kafka_offset"].to_pylist(),
-                strict=True,
-            )
-        )
-    return out
-
-
-def produced(*results: Any) -> Counter[tuple[str, int, int]]:
-    return Counter(
-        (t, p, o) for r in results for (t, p), (a, b) in r.offsets.items() for o in range(a, b + 1)
-    )
+from pipeline.tools.generator import GeneratorSpec, produce
 
 
 def test_exactly_once_with_dead_letters_restart_and_replay(
@@ -83,14 +25,13 @@ def test_exactly_once_with_dead_letters_restart_and_replay(
 ) -> None:
     # the in-process drill quiets "pipeline.formats.iceberg" for its display: ask the module itself
     caplog.set_level(logging.INFO, logger="pipeline.formats.iceberg.table")
-    topic = unique_topic("pipe")
-    kafka_broker.create_topic(topic, 4)
+    topic = kafka_broker.new_topic("pipe", 4)
     r1 = produce(
         kafka_broker.bootstrap_servers,
         topic,
         GeneratorSpec(count=4000, malformed_fraction=0.05, seed=11),
     )
-    cfg = make_config(tmp_path, kafka_broker.bootstrap_servers, topic, maxRecordsPerTrigger=1500)
+    cfg = iceberg_config(tmp_path, kafka_broker.bootstrap_servers, topic, maxRecordsPerTrigger=1500)
     p1 = Pipeline(cfg, spark)
     stats = p1.run()
     assert stats.batches == 3
@@ -139,10 +80,9 @@ def test_postgresql_catalog(spark: Any, kafka_broker: KafkaTestBroker, tmp_path:
     uri = postgres_uri()
     if uri is None:
         pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
-    topic = unique_topic("pg")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("pg", 2)
     r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=14))
-    cfg = make_config(
+    cfg = iceberg_config(
         tmp_path,
         kafka_broker.bootstrap_servers,
         topic,
@@ -158,26 +98,21 @@ def test_postgresql_catalog(spark: Any, kafka_broker: KafkaTestBroker, tmp_path:
     assert coords(p) == produced(r)
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
+def _run_exits_2(config: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """``ingest run`` on a config file holding ``text``: exit code 2."""
+    config.write_text(text)
+    r = run_cli("run", "--config", str(config))
+    assert r.returncode == 2, r.stderr
+    return r
 
 
 def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
-    f = tmp_path / "bad.yaml"
-    f.write_text(
+    r = _run_exits_2(
+        tmp_path / "bad.yaml",
         "id: x\nsource: {bootstrapServers: 'h:1', topics: [t], isolationLevel: dirty}\n"
-        "decode: {schema: [{name: a, type: string}]}\nsink: {table: db.t}\ncheckpointLocation: /c\n"
+        "decode: {schema: [{name: a, type: string}]}\nsink: {table: db.t}\n"
+        "checkpointLocation: /c\n",
     )
-    r = _cli("run", "--config", str(f))
-    assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
     assert (
@@ -187,28 +122,24 @@ def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_unknown_field_type_is_one_clear_line(tmp_path: Path) -> None:
-    f = tmp_path / "bad.yaml"
-    f.write_text(
+    r = _run_exits_2(
+        tmp_path / "bad.yaml",
         "id: x\nsource: {bootstrapServers: 'h:1', topics: [t]}\n"
         "decode: {schema: [{name: a, type: varchar}]}\n"
-        f"sink: {{table: db.t, catalog: {{warehouse: '{tmp_path}/w'}}}}\ncheckpointLocation: /c\n"
+        f"sink: {{table: db.t, catalog: {{warehouse: '{tmp_path}/w'}}}}\ncheckpointLocation: /c\n",
     )
-    r = _cli("run", "--config", str(f))
-    assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "varchar" in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
 def test_unreachable_broker_is_one_clear_line(tmp_path: Path) -> None:
-    f = tmp_path / "p.yaml"
-    f.write_text(
+    r = _run_exits_2(
+        tmp_path / "p.yaml",
         "id: x\nsource: {bootstrapServers: '127.0.0.1:1', topics: [t]}\n"
         "decode: {schema: [{name: a, type: string}]}\n"
         f"sink: {{table: db.t, catalog: {{warehouse: '{tmp_path}/w'}}}}\n"
-        f"checkpointLocation: '{tmp_path}/c'\n"
+        f"checkpointLocation: '{tmp_path}/c'\n",
     )
-    r = _cli("run", "--config", str(f))
-    assert r.returncode == 2, r.stderr
     lines = r.stderr.splitlines()  # default verbosity: the error line and nothing else
     assert len(lines) == 1 and "cannot reach Kafka at 127.0.0.1:1" in lines[0], r.stderr
 
@@ -216,10 +147,9 @@ def test_unreachable_broker_is_one_clear_line(tmp_path: Path) -> None:
 def test_at_least_once_mode_keeps_no_journal(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("alo")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("alo", 2)
     r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=15))
-    base = make_config(tmp_path, kafka_broker.bootstrap_servers, topic)
+    base = iceberg_config(tmp_path, kafka_broker.bootstrap_servers, topic)
     cfg = base.model_copy(
         update={"commit": base.commit.model_copy(update={"mode": "at-least-once"})}
     )

@@ -12,63 +12,53 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from conftest import postgres_uri
-from drivers import run_driver as _run
-from kafka_fixtures import KafkaTestBroker, unique_topic
-from test_pipeline_iceberg import coords, make_config, produced
+from support.drivers import (
+    coords,
+    iceberg_config,
+    killed_at_every_fault_point,
+    pipeline_config,
+    produced,
+    run_cli,
+    run_driver_killed,
+    run_driver_ok,
+    write_config,
+)
+from support.kafka_fixtures import KafkaTestBroker
+from support.pg_fixtures import postgres_uri
 
 from pipeline.app import Pipeline
 from pipeline.commit.instant import InstantState
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
-
-ROOT = Path(__file__).resolve().parent.parent
+from pipeline.tools.generator import GeneratorSpec, produce
 
 
 def _config_file(
     tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any], master: str = "local[2]"
 ) -> Path:
-    cfg = {
-        "id": f"p-{topic}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "decode": {"schema": event_schema_fields()},
-        "sink": {
-            "catalog": catalog,
-            "table": f"db_{topic.replace('-', '_')}.events",
-            "partitionBy": ["day(ts)"],
-        },
-        "checkpointLocation": str(tmp / "checkpoint"),
-        "trigger": {"mode": "available-now"},
-        "spark": {"master": master},
-        "metrics": {"enabled": False},
+    sink = {
+        "catalog": catalog,
+        "table": f"db_{topic.replace('-', '_')}.events",
+        "partitionBy": ["day(ts)"],
     }
-    path = tmp / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp, pipeline_config(tmp, bootstrap, topic, sink, spark={"master": master}))
 
 
 def _data_files(warehouse: Path) -> set[str]:
     return {str(p) for p in warehouse.rglob("*.parquet") if "/data/" in str(p)}
 
 
-# (fault armed in this run, what the NEXT run's recovery must do with its instant)
-CHAIN = [
-    ("after-requested:kill", "rolled_back"),
-    ("after-write:kill", "rolled_back"),
-    ("during-rollback:kill", None),  # dies while rolling back the previous run's instant
-    ("after-precommit:kill", "recommitted"),
-    ("after-dead-letter-commit:kill", "recommitted"),
-    ("after-commit:kill", "completed"),
-    ("after-commit-before-checkpoint:kill", "replay_skipped"),
-]
+def _referenced(*tables: Any) -> set[str]:
+    """Local paths of the data files the tables' current snapshots reference."""
+    return {
+        f.file.file_path.removeprefix("file://")
+        for table in tables
+        if table is not None
+        for f in table.scan().plan_files()
+    }
 
 
 # ≈ 4 min per catalog (9 driver processes): under -m slow; the default run keeps the fast
@@ -84,28 +74,15 @@ def test_driver_killed_at_every_fault_point(
         if uri is None:
             pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
         catalog = {**catalog, "name": f"crash_{os.getpid()}", "uri": uri}
-    topic = unique_topic("crash")
-    kafka_broker.create_topic(topic, 3)
+    topic = kafka_broker.new_topic("crash", 3)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, catalog)
-    results = []
-    for i, (fault, _) in enumerate(CHAIN):
-        results.append(
-            produce(
-                kafka_broker.bootstrap_servers,
-                topic,
-                GeneratorSpec(count=600, malformed_fraction=0.05, seed=100 + i),
-            )
-        )
-        r = _run(config, fault)
-        assert r.returncode == -signal.SIGKILL, (fault, r.returncode, r.stderr[-2000:])
+    results = killed_at_every_fault_point(kafka_broker.bootstrap_servers, topic, config, 100)
     files_before = _data_files(tmp_path / "warehouse")
-    r = _run(config, None)  # recovers the last instant, then drains
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_driver_ok(config)  # recovers the last instant, then drains
     results.append(
         produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=99))
     )
-    r = _run(config, None)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_driver_ok(config)
 
     p = Pipeline(_load(config))
     assert coords(p) == produced(*results)  # every record exactly once, across 9 runs
@@ -116,10 +93,8 @@ def test_driver_killed_at_every_fault_point(
     # no staged file survives that the table does not reference
     table = p.sinks.main.table()
     assert table is not None
-    referenced = {f.file.file_path.removeprefix("file://") for f in table.scan().plan_files()}
     dead = p.sinks.dead_letter.table() if p.sinks.dead_letter else None
-    if dead is not None:
-        referenced |= {f.file.file_path.removeprefix("file://") for f in dead.scan().plan_files()}
+    referenced = _referenced(table, dead)
     assert _data_files(tmp_path / "warehouse") == referenced
     assert files_before <= referenced | files_before
 
@@ -131,34 +106,23 @@ def _load(config: Path) -> Any:
 
 
 def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
-    topic = unique_topic("recommit")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("recommit", 2)
     config = _config_file(
         tmp_path, kafka_broker.bootstrap_servers, topic, {"warehouse": str(tmp_path / "warehouse")}
     )
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=800, seed=21))
-    r = _run(config, "after-precommit:kill")
-    assert r.returncode == -signal.SIGKILL
+    run_driver_killed(config, "after-precommit:kill")
     staged = _data_files(tmp_path / "warehouse")
     assert staged  # the killed run staged files
     p = Pipeline(_load(config))
     assert p.timeline is not None
     (pending,) = p.timeline.pending()
     assert pending.state is InstantState.INFLIGHT
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    st = subprocess.run(
-        [sys.executable, "-m", "pipeline", "status", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
-    )
+    st = run_cli("status", "--config", str(config))
     assert st.returncode == 0, st.stderr
     assert "writer epoch: 1" in st.stdout and pending.time in st.stdout, st.stdout
     assert "inflight" in st.stdout and "committed offsets" not in st.stdout  # no commit yet
-    r = _run(config, None)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_driver_ok(config)
     # the same files were committed; the workers did not run again
     assert _data_files(tmp_path / "warehouse") == staged
     p = Pipeline(_load(config))
@@ -171,9 +135,8 @@ def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Pa
 def test_restored_old_checkpoint_drops_overlap_or_fails(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("restore")
-    kafka_broker.create_topic(topic, 2)
-    cfg = make_config(tmp_path, kafka_broker.bootstrap_servers, topic)
+    topic = kafka_broker.new_topic("restore", 2)
+    cfg = iceberg_config(tmp_path, kafka_broker.bootstrap_servers, topic)
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=500, seed=31))
     Pipeline(cfg, spark).run()
     backup = tmp_path / "checkpoint-backup"
@@ -209,8 +172,7 @@ def test_restored_old_checkpoint_drops_overlap_or_fails(
 def test_worker_killed_mid_write_is_retried_without_duplicates(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("midwrite")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("midwrite", 2)
     # local[2,3]: up to 3 attempts per task, as on a cluster
     config = _config_file(
         tmp_path,
@@ -220,12 +182,11 @@ def test_worker_killed_mid_write_is_retried_without_duplicates(
         master="local[2,3]",
     )
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=51))
-    r = _run(config, "mid-write:kill")
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_driver_ok(config, "mid-write:kill")
     p = Pipeline(_load(config))
     assert coords(p) == produced(r1)
     # the killed attempts staged files too; only the retries' files are in the table
     table = p.sinks.main.table()
     assert table is not None
-    referenced = {f.file.file_path.removeprefix("file://") for f in table.scan().plan_files()}
+    referenced = _referenced(table)
     assert len(_data_files(tmp_path / "warehouse") - referenced) >= 1

@@ -3,7 +3,7 @@
 No mocks of the store: every test talks HTTP to ``weed server``. Where a test needs a
 failure the store would not produce on demand (a lost response, a 409 conflict), a thin
 wrapper around the real boto3 client injects it and still sends the real request.
-Everything skips with the reason when SeaweedFS cannot start (see tests/s3_fixtures.py).
+Everything skips with the reason when SeaweedFS cannot start (see tests/support/s3_fixtures.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
+from support.drivers import coords, iceberg_config, produced
+from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
 
+from pipeline.app import Pipeline
+from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.instant import (
     BatchIdentity,
     Inflight,
@@ -32,22 +35,23 @@ from pipeline.commit.instant import (
 from pipeline.commit.journal import (
     AlreadyExists,
     InstantTimeline,
-    LocalJournalStore,
     encode_entry,
 )
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError
 from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema
 from pipeline.formats.iceberg.sinks import IcebergCommitter
-from pipeline.formats.iceberg.table import CommitCheckpoint, IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.table import IcebergTableSink, load_catalog
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.storage.fs import filesystem_for
+from pipeline.storage.local import LocalJournalStore
 from pipeline.storage.s3 import (
     JournalStoreError,
     S3JournalStore,
-    S3Settings,
     journal_store_for,
 )
+from pipeline.storage.s3_settings import S3Settings
+from pipeline.tools.generator import GeneratorSpec, produce
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
@@ -575,60 +579,18 @@ def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_pa
 def s3_pipeline_config(
     server: S3Server, tmp: Path, bootstrap: str, topic: str, **source: Any
 ) -> Any:
-    from pipeline.config import parse_config
-    from pipeline.tools.generator import event_schema_fields
-
-    return parse_config(
-        {
-            "id": f"p-{topic}",
-            "source": {"bootstrapServers": bootstrap, "topics": [topic], **source},
-            "decode": {"schema": event_schema_fields()},
-            "sink": {
-                "catalog": {
-                    "name": f"s3_{uuid.uuid4().hex[:6]}",
-                    "uri": f"sqlite:///{tmp}/catalog.db",  # the catalog database stays local
-                    "warehouse": f"s3://{server.new_bucket('pipe')}/wh",
-                    "properties": server.properties(),
-                },
-                "table": "db.events",
-                "partitionBy": ["day(ts)"],
-            },
-            # Spark's own checkpoint stays local: on S3 it would need hadoop-aws
-            "checkpointLocation": str(tmp / "checkpoint"),
-            "trigger": {"mode": "available-now"},
-        }
-    )
+    catalog = {
+        "name": f"s3_{uuid.uuid4().hex[:6]}",
+        "uri": f"sqlite:///{tmp}/catalog.db",  # the catalog database stays local
+        "warehouse": f"s3://{server.new_bucket('pipe')}/wh",
+        "properties": server.properties(),
+    }
+    # Spark's own checkpoint stays local (under tmp): on S3 it would need hadoop-aws
+    return iceberg_config(tmp, bootstrap, topic, catalog=catalog, **source)
 
 
 def with_faults(cfg: Any, faults: str) -> Any:
     return cfg.model_copy(update={"commit": cfg.commit.model_copy(update={"faults": faults})})
-
-
-def coords(p: Any) -> Counter[tuple[str, int, int]]:
-    """(topic, partition, offset) over the main and dead-letter tables, with multiplicity."""
-    out: Counter[tuple[str, int, int]] = Counter()
-    for committer in (p.sinks.main, p.sinks.dead_letter):
-        table = committer.table() if committer else None
-        if table is None:
-            continue
-        t = table.scan(
-            selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
-        ).to_arrow()
-        out.update(
-            zip(
-                t["_kafka_topic"].to_pylist(),
-                t["_kafka_partition"].to_pylist(),
-                t["_kafka_offset"].to_pylist(),
-                strict=True,
-            )
-        )
-    return out
-
-
-def produced(*results: Any) -> Counter[tuple[str, int, int]]:
-    return Counter(
-        (t, p, o) for r in results for (t, p), (a, b) in r.offsets.items() for o in range(a, b + 1)
-    )
 
 
 def s3_data_files(p: Any) -> set[str]:
@@ -661,13 +623,7 @@ def live_files(p: Any) -> set[str]:
 def test_pipeline_exactly_once_with_warehouse_on_s3(
     spark: Any, kafka_broker: Any, s3_server: S3Server, tmp_path: Path
 ) -> None:
-    from kafka_fixtures import unique_topic
-
-    from pipeline.app import Pipeline
-    from pipeline.tools.generator import GeneratorSpec, produce
-
-    topic = unique_topic("s3")
-    kafka_broker.create_topic(topic, 3)
+    topic = kafka_broker.new_topic("s3", 3)
     bootstrap = kafka_broker.bootstrap_servers
     r1 = produce(bootstrap, topic, GeneratorSpec(count=2000, malformed_fraction=0.05, seed=21))
     cfg = s3_pipeline_config(s3_server, tmp_path, bootstrap, topic, maxRecordsPerTrigger=800)
@@ -697,13 +653,7 @@ def test_pipeline_exactly_once_with_warehouse_on_s3(
 def test_pipeline_recovery_on_s3_rolls_back_and_recommits(
     spark: Any, kafka_broker: Any, s3_server: S3Server, tmp_path: Path
 ) -> None:
-    from kafka_fixtures import unique_topic
-
-    from pipeline.app import Pipeline
-    from pipeline.tools.generator import GeneratorSpec, produce
-
-    topic = unique_topic("s3rec")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("s3rec", 2)
     bootstrap = kafka_broker.bootstrap_servers
     cfg = s3_pipeline_config(s3_server, tmp_path, bootstrap, topic)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from kafka_fixtures import KafkaTestBroker, unique_topic
+from support.drivers import produced
+from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
 from pipeline.tools.generator import GeneratorSpec, produce
 
@@ -59,14 +60,20 @@ def run_stream(
 
 
 def expected_coords(result: Any) -> list[Coord]:
-    return sorted(
-        (t, p, o)
-        for (t, p), (first, last) in result.offsets.items()
-        for o in range(first, last + 1)
-    )
+    return sorted(produced(result))
 
 
-def assert_exactly_once(got: list[Coord], want: list[Coord]) -> None:
+def source_options(kafka_broker: KafkaTestBroker, **options: str) -> dict[str, str]:
+    """``ingest_kafka`` options reading ``kafka_broker``: ``options``, from the earliest
+    offsets unless they say where to start."""
+    out = {"kafka.bootstrap.servers": kafka_broker.bootstrap_servers, **options}
+    if "startingTimestamp" not in out:
+        out.setdefault("startingOffsets", "earliest")
+    return out
+
+
+def assert_read_once_each(got: list[Coord], want: list[Coord]) -> None:
+    """The coordinates read are exactly ``want`` (sorted): none twice, none missing."""
     dup = [c for c, n in Counter(got).items() if n > 1]
     assert not dup, f"{len(dup)} duplicated, e.g. {dup[:3]}"
     missing = sorted(set(want) - set(got))
@@ -77,24 +84,18 @@ def assert_exactly_once(got: list[Coord], want: list[Coord]) -> None:
 def test_max_records_bounds_batches_and_restart_continues(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("bounded")
-    kafka_broker.create_topic(topic, 4)
+    topic = kafka_broker.new_topic("bounded", 4)
     first = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=3000, seed=1))
-    opts = {
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "topics": topic,
-        "startingOffsets": "earliest",
-        "maxRecordsPerTrigger": "700",
-    }
+    opts = source_options(kafka_broker, topics=topic, maxRecordsPerTrigger="700")
     got = run_stream(spark, opts, tmp_path / "ckpt")
     sizes = [len(cs) for _, cs, _ in got.batches if cs]
     assert max(sizes) <= 700 and len(sizes) >= 5
-    assert_exactly_once(got.coords, expected_coords(first))
+    assert_read_once_each(got.coords, expected_coords(first))
 
     # restart on the same checkpoint: only the new records, none of the old ones
     second = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=2))
     again = run_stream(spark, opts, tmp_path / "ckpt")
-    assert_exactly_once(again.coords, expected_coords(second))
+    assert_read_once_each(again.coords, expected_coords(second))
     assert again.batches[0][0] > got.batches[-1][0]  # batch ids continue
 
 
@@ -103,22 +104,14 @@ def test_explicit_assignment_never_uses_consumer_groups(
 ) -> None:
     if kafka_broker.embedded is None:
         pytest.skip("request tracking needs the embedded broker")
-    topic = unique_topic("assign")
-    kafka_broker.create_topic(topic, 3)
+    topic = kafka_broker.new_topic("assign", 3)
     result = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=900, seed=3))
     mock = kafka_broker.embedded
     mock.clear_requests()
     mock.start_request_tracking()
     try:
-        got = run_stream(
-            spark,
-            {
-                "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-                "assign": json.dumps({topic: [0, 2]}),
-                "startingOffsets": "earliest",
-            },
-            tmp_path / "ckpt",
-        )
+        opts = source_options(kafka_broker, assign=json.dumps({topic: [0, 2]}))
+        got = run_stream(spark, opts, tmp_path / "ckpt")
         api_keys = Counter(r.api_key for r in mock.requests())
     finally:
         mock.stop_request_tracking()
@@ -126,27 +119,18 @@ def test_explicit_assignment_never_uses_consumer_groups(
     assert not {8, 9, 11, 12, 14} & set(api_keys), api_keys
     assert api_keys[1] > 0  # Fetch requests did happen
     want = [c for c in expected_coords(result) if c[1] in (0, 2)]
-    assert_exactly_once(got.coords, want)
+    assert_read_once_each(got.coords, want)
 
 
 def test_min_partitions_splits_one_partition_into_tasks(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("split")
-    kafka_broker.create_topic(topic, 1)
+    topic = kafka_broker.new_topic("split", 1)
     result = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=2000, seed=4))
-    got = run_stream(
-        spark,
-        {
-            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-            "topics": topic,
-            "startingOffsets": "earliest",
-            "minPartitions": "5",
-        },
-        tmp_path / "ckpt",
-    )
+    opts = source_options(kafka_broker, topics=topic, minPartitions="5")
+    got = run_stream(spark, opts, tmp_path / "ckpt")
     assert [tasks for _, cs, tasks in got.batches if cs] == [5]
-    assert_exactly_once(got.coords, expected_coords(result))
+    assert_read_once_each(got.coords, expected_coords(result))
 
 
 def test_new_topics_matching_the_pattern_start_at_earliest(
@@ -156,19 +140,15 @@ def test_new_topics_matching_the_pattern_start_at_earliest(
     t1 = f"{prefix}-a"
     kafka_broker.create_topic(t1, 2)
     r1 = produce(kafka_broker.bootstrap_servers, t1, GeneratorSpec(count=400, seed=5))
-    opts = {
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "topicPattern": f"{prefix}-.*",
-        "startingOffsets": "earliest",
-    }
+    opts = source_options(kafka_broker, topicPattern=f"{prefix}-.*")
     first = run_stream(spark, opts, tmp_path / "ckpt")
     t2 = f"{prefix}-b"
     kafka_broker.create_topic(t2, 3)
     r2 = produce(kafka_broker.bootstrap_servers, t2, GeneratorSpec(count=600, seed=6))
     r3 = produce(kafka_broker.bootstrap_servers, t1, GeneratorSpec(count=100, seed=7))
     second = run_stream(spark, opts, tmp_path / "ckpt")
-    assert_exactly_once(first.coords, expected_coords(r1))
-    assert_exactly_once(second.coords, sorted(expected_coords(r2) + expected_coords(r3)))
+    assert_read_once_each(first.coords, expected_coords(r1))
+    assert_read_once_each(second.coords, sorted(expected_coords(r2) + expected_coords(r3)))
 
 
 def test_retention_loss_fails_by_default_and_is_skipped_when_allowed(
@@ -176,18 +156,13 @@ def test_retention_loss_fails_by_default_and_is_skipped_when_allowed(
 ) -> None:
     if kafka_broker.embedded is None:
         pytest.skip("deleting records on demand needs the embedded broker's mock API")
-    topic = unique_topic("retention")
-    kafka_broker.create_topic(topic, 2)
+    topic = kafka_broker.new_topic("retention", 2)
     result = produce(
         kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=8), partitions=2
     )
     start = {topic: {"0": 0, "1": 0}}
     kafka_broker.embedded.delete_records(topic, 0, 100)
-    opts = {
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "topics": topic,
-        "startingOffsets": json.dumps(start),
-    }
+    opts = source_options(kafka_broker, topics=topic, startingOffsets=json.dumps(start))
     with pytest.raises(
         Exception,
         match=r"\[ingest:data-loss\] partition .*\[0\]: next offset 0 is "
@@ -196,14 +171,13 @@ def test_retention_loss_fails_by_default_and_is_skipped_when_allowed(
         run_stream(spark, opts, tmp_path / "ckpt-strict")
     got = run_stream(spark, {**opts, "failOnDataLoss": "false"}, tmp_path / "ckpt-lenient")
     want = [c for c in expected_coords(result) if not (c[1] == 0 and c[2] < 100)]
-    assert_exactly_once(got.coords, want)
+    assert_read_once_each(got.coords, want)
 
 
 def test_transaction_markers_end_ranges(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    topic = unique_topic("txn")
-    kafka_broker.create_topic(topic, 1)
+    topic = kafka_broker.new_topic("txn", 1)
     p = Producer(
         {
             "bootstrap.servers": kafka_broker.bootstrap_servers,
@@ -218,17 +192,12 @@ def test_transaction_markers_end_ranges(
             p.produce(topic, key=b"k", value=json.dumps({"i": i, "j": j}).encode(), partition=0)
         p.commit_transaction(30)
     # 5 transactions x (10 records + 1 commit marker): the last offset (54) is a marker
-    opts = {
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "topics": topic,
-        "startingOffsets": "earliest",
-        "maxRecordsPerTrigger": "11",
-    }
+    opts = source_options(kafka_broker, topics=topic, maxRecordsPerTrigger="11")
     t0 = time.monotonic()
     got = run_stream(spark, opts, tmp_path / "ckpt", wait_s=90)
     assert time.monotonic() - t0 < 80, "a range ending on a control record stalled"
     want = [(topic, 0, t * 11 + j) for t in range(5) for j in range(10)]
-    assert_exactly_once(got.coords, want)
+    assert_read_once_each(got.coords, want)
 
 
 def test_recreated_topic_stops_with_a_clear_error(
@@ -236,14 +205,9 @@ def test_recreated_topic_stops_with_a_clear_error(
 ) -> None:
     if kafka_broker.embedded is None:
         pytest.skip("deleting a topic on demand needs the embedded broker's mock API")
-    topic = unique_topic("recreate")
-    kafka_broker.create_topic(topic, 1)
+    topic = kafka_broker.new_topic("recreate", 1)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=9))
-    opts = {
-        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-        "topics": topic,
-        "startingOffsets": "earliest",
-    }
+    opts = source_options(kafka_broker, topics=topic)
     run_stream(spark, opts, tmp_path / "ckpt")
     kafka_broker.embedded.delete_topic(topic)
     kafka_broker.create_topic(topic, 1)
@@ -264,8 +228,7 @@ def test_aborted_transactions_never_appear(
             "the embedded librdkafka mock broker does not implement read_committed "
             "isolation; needs a real broker (Docker or KAFKA_BOOTSTRAP_SERVERS)"
         )
-    topic = unique_topic("abort")
-    kafka_broker.create_topic(topic, 1)
+    topic = kafka_broker.new_topic("abort", 1)
     p = Producer(
         {"bootstrap.servers": kafka_broker.bootstrap_servers, "transactional.id": f"tx-{topic}"}
     )
@@ -279,17 +242,9 @@ def test_aborted_transactions_never_appear(
             p.abort_transaction(30)
         else:
             p.commit_transaction(30)
-    got = run_stream(
-        spark,
-        {
-            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-            "topics": topic,
-            "startingOffsets": "earliest",
-        },
-        tmp_path / "ckpt",
-    )
+    got = run_stream(spark, source_options(kafka_broker, topics=topic), tmp_path / "ckpt")
     # committed transactions 0 and 2 occupy offsets 0-4 and 12-16
-    assert_exactly_once(got.coords, [(topic, 0, o) for o in [*range(0, 5), *range(12, 17)]])
+    assert_read_once_each(got.coords, [(topic, 0, o) for o in [*range(0, 5), *range(12, 17)]])
 
 
 def test_starting_timestamp(spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
@@ -298,19 +253,11 @@ def test_starting_timestamp(spark: Any, kafka_broker: KafkaTestBroker, tmp_path:
             "the embedded librdkafka mock broker does not implement timestamp look-ups "
             "(offsets_for_times returns -1); needs a real broker"
         )
-    topic = unique_topic("ts")
-    kafka_broker.create_topic(topic, 1)
+    topic = kafka_broker.new_topic("ts", 1)
     p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
     for i in range(10):
         p.produce(topic, value=b"{}", partition=0, timestamp=1_700_000_000_000 + i * 1000)
     p.flush(30)
-    got = run_stream(
-        spark,
-        {
-            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-            "topics": topic,
-            "startingTimestamp": str(1_700_000_004_000),
-        },
-        tmp_path / "ckpt",
-    )
-    assert_exactly_once(got.coords, [(topic, 0, o) for o in range(4, 10)])
+    opts = source_options(kafka_broker, topics=topic, startingTimestamp=str(1_700_000_004_000))
+    got = run_stream(spark, opts, tmp_path / "ckpt")
+    assert_read_once_each(got.coords, [(topic, 0, o) for o in range(4, 10)])

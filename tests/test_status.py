@@ -75,7 +75,7 @@ def test_run_state_file_is_local_atomic_and_never_creates_the_checkpoint(tmp_pat
 def test_running_and_ready_come_from_the_metrics_endpoint(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     (tmp_path / "checkpoint").mkdir()
-    metrics = PipelineMetrics(cfg.id, table="db.t", sink_format="iceberg", host="127.0.0.1", port=0)
+    metrics = PipelineMetrics(cfg.id, table="db.t", format_name="iceberg", host="127.0.0.1", port=0)
     metrics.start()
     try:
         record_run_state(cfg, "running", None, metrics_url=metrics.url)  # port 0: recorded

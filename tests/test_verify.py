@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from kafka_fixtures import KafkaTestBroker, unique_topic
+from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
 from pipeline.commit.offsets import TopicPartition
@@ -150,8 +150,7 @@ def lakes(
 ) -> dict[str, Lake]:
     """One pipeline run (``sink.format: both``, two batches): an Iceberg and a Hudi table."""
     pytest.importorskip("hudi")
-    topic = unique_topic("verify")
-    kafka_broker.create_topic(topic, PARTITIONS)
+    topic = kafka_broker.new_topic("verify", PARTITIONS)
     result = produce(
         kafka_broker.bootstrap_servers,
         topic,

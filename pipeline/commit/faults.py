@@ -13,7 +13,7 @@ Points (driver unless noted):
   after-write                   workers done, files staged, INFLIGHT not yet written
   after-precommit               INFLIGHT durable, no table commit yet
   after-dead-letter-commit      dead letters committed, main table not yet
-  between-table-commits         sink.format both: Iceberg committed, Hudi not yet
+  between-table-commits         the both table format: Iceberg committed, Hudi not yet
   after-commit                  main table committed, COMPLETED marker not yet written
   after-commit-before-checkpoint  marker written, Spark's commit log not yet
   during-rollback               some files of a rolled-back instant deleted, marker not yet

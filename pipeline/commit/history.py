@@ -21,41 +21,20 @@ format stores it (Iceberg snapshot summary, Hudi ``extraMetadata``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
+from pipeline.commit.checkpoint import (
+    DATA_LOSS_BEFORE_KEY,
+    DATA_LOSS_KEY,
+    PIPELINE_ID_KEY,
+    RANGES_BEFORE_KEY,
+    RANGES_KEY,
+    parse_nested,
+    parse_ranges,
+)
 from pipeline.commit.offsets import TopicPartition
 
-PIPELINE_ID_KEY = "ingest.pipeline-id"
-RANGES_KEY = "ingest.ranges"  # {"topic": {"partition": [start, end]}} of this commit
-DATA_LOSS_KEY = "ingest.data-loss"  # optional, {"topic": {"partition": [start, end]}} skipped
-# {"topic": {"partition": [[start, end], ...]}}: merged ranges (data loss) this pipeline
-# committed before this commit; survives the commits that recorded them.
-RANGES_BEFORE_KEY = "ingest.ranges-before"
-DATA_LOSS_BEFORE_KEY = "ingest.data-loss-before"
-
 Intervals = dict[TopicPartition, list[tuple[int, int]]]
-
-
-def parse_nested(text: str, key: str) -> Iterator[tuple[TopicPartition, Any]]:
-    """``{"topic": {"partition": value}}`` as ``(TopicPartition, value)`` pairs."""
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{key} is not a JSON object")
-    for topic, partitions in data.items():
-        if not isinstance(partitions, dict):
-            raise ValueError(f"{key}[{topic!r}] is not a JSON object")
-        for partition, value in partitions.items():
-            yield TopicPartition(str(topic), int(partition)), value
-
-
-def parse_ranges(text: str, key: str) -> dict[TopicPartition, tuple[int, int]]:
-    out: dict[TopicPartition, tuple[int, int]] = {}
-    for tp, value in parse_nested(text, key):
-        if not isinstance(value, list) or len(value) != 2:
-            raise ValueError(f"{key}: {tp} is not [start, end]")
-        out[tp] = (int(value[0]), int(value[1]))
-    return out
 
 
 def merge_into(acc: Intervals, tp: TopicPartition, spans: Iterable[tuple[int, int]]) -> None:

@@ -19,8 +19,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import uuid
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -60,60 +58,6 @@ class JournalStore(Protocol):
     def list(self, prefix: str) -> list[str]: ...
 
     def delete(self, name: str) -> None: ...
-
-
-class LocalJournalStore:
-    """POSIX directory: temp file + fsync + ``link`` (atomic create-if-absent) + dir fsync."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        os.makedirs(root, exist_ok=True)
-
-    def _path(self, name: str) -> str:
-        return os.path.join(self.root, *name.split("/"))
-
-    def create(self, name: str, data: bytes) -> None:
-        path = self._path(name)
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)  # fails if path exists: create-if-absent, atomic
-            except FileExistsError:
-                raise AlreadyExists(f"journal entry {name} already exists") from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-    def read(self, name: str) -> bytes | None:
-        try:
-            with open(self._path(name), "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-
-    def list(self, prefix: str) -> list[str]:
-        directory = self._path(prefix)
-        try:
-            names = os.listdir(directory)
-        except FileNotFoundError:
-            return []
-        return sorted(f"{prefix}/{n}" for n in names if not n.startswith("."))
-
-    def delete(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path(name))
 
 
 def encode_entry(payload: dict[str, Any]) -> bytes:

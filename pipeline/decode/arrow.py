@@ -112,7 +112,7 @@ class ArrowDecoder:
             batch.column("offset"),
             batch.column("timestamp"),
         ]
-        if self.cfg.format == "raw":
+        if self.cfg.raw:
             error = pc.if_else(too_big, pa.scalar(big_msg), pa.scalar(None, pa.string()))
             # the raw table always has a headers column (null without includeHeaders)
             raw, raw_names = [key, value, headers], ["key", "value", "headers"]

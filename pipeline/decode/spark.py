@@ -37,7 +37,7 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
         else F.lit(None).cast("array<struct<key: string, value: binary>>")
     )
     too_big = F.length(F.col("value")) > F.lit(cfg.max_record_bytes)
-    if cfg.format == "raw":
+    if cfg.raw:
         too_large = F.when(too_big, F.lit(f"record larger than {cfg.max_record_bytes} bytes"))
         # the raw table always has a headers column (null without includeHeaders)
         return df.select(

@@ -1,9 +1,13 @@
-"""``sink.format: both``: one query, one instant, an Iceberg table and a Hudi table.
+"""The ``both`` table format: one query, one instant, an Iceberg table and a Hudi table.
 
 The two main tables act as one ``TableCommitter`` for the coordinator:
 
 * Workers write every decoded row twice (Iceberg data files and Hudi base files) in the
-  same task; descriptors are tagged ``I``/``H`` so one staged-file list covers both.
+  same task; descriptors are tagged ``I``/``H`` so one staged-file list covers both. The
+  tags stay because a descriptor is opaque bytes only its own format can parse (a
+  serialized Iceberg ``DataFile``, a Hudi write stat): the list must be split before
+  either side reads it. Paths (``file_size``, ``delete_files``) carry no tag: each goes
+  to the committer that :meth:`owns <HudiCommitter.owns>` it.
 * The instant is minted and journaled by the Hudi side's timeline (it must also be above
   the Hudi table's own timeline); Iceberg keeps no pending state of its own.
 * Commit = Iceberg commit, then Hudi commit, both idempotent per batch identity and both
@@ -17,17 +21,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from pipeline.commit.coordinator import Checkpoint
+from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import PipelineConfig
+from pipeline.formats.base import TableSet, TableStatus
+from pipeline.formats.hudi.format import HudiFormat
 from pipeline.formats.hudi.sinks import HudiSinks
+from pipeline.formats.hudi.status import hudi_table_status
 from pipeline.formats.hudi.writer import write_base_files
+from pipeline.formats.iceberg.format import IcebergFormat
 from pipeline.formats.iceberg.sinks import IcebergCommitter, IcebergSinks
+from pipeline.formats.iceberg.status import iceberg_table_status
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.spark.writer import TaskPlan
 
@@ -50,7 +60,6 @@ class DualCommitter:
         self.iceberg = iceberg
         self.hudi = hudi
         self.faults = faults
-        self.hudi_base = str(hudi.hudi.base).rstrip("/")
 
     def _split(self, files: Iterable[bytes]) -> tuple[list[bytes], list[bytes]]:
         ice: list[bytes] = []
@@ -59,8 +68,10 @@ class DualCommitter:
             (ice if f[:1] == ICEBERG else hud).append(f[1:])
         return ice, hud
 
-    def _is_hudi(self, path: str) -> bool:
-        return path.removeprefix("file://").startswith(self.hudi_base + "/")
+    def _owner(self, path: str) -> Any:
+        """The committer of the table holding ``path`` (Iceberg: any path outside the
+        Hudi table; Iceberg files may live anywhere in the warehouse or object store)."""
+        return self.hudi if self.hudi.owns(path) else self.iceberg
 
     def is_committed(
         self,
@@ -92,6 +103,18 @@ class DualCommitter:
             return hud or ice
         return PartitionOffsets({tp: min(off, hud.get(tp, off)) for tp, off in ice.items()})
 
+    def last_commit_time(self, pipeline_id: str) -> float | None:
+        """The newer of the two tables' last commit times of the pipeline."""
+        times = [
+            t
+            for t in (
+                self.iceberg.last_commit_time(pipeline_id),
+                self.hudi.last_commit_time(pipeline_id),
+            )
+            if t is not None
+        ]
+        return max(times) if times else None
+
     def latest_epoch(self, pipeline_id: str) -> int | None:
         epochs = [
             e
@@ -100,7 +123,7 @@ class DualCommitter:
         ]
         return max(epochs) if epochs else None
 
-    def commit(self, files: list[bytes], checkpoint: Checkpoint) -> None:
+    def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
         ice, hud = self._split(files)
         self.iceberg.commit(ice, checkpoint)
         self.faults.hit("between-table-commits", checkpoint.batch_id)
@@ -115,12 +138,12 @@ class DualCommitter:
         return (self.iceberg if tag == ICEBERG else self.hudi).describe(body)
 
     def file_size(self, path: str) -> int | None:
-        return (self.hudi if self._is_hudi(path) else self.iceberg).file_size(path)
+        return self._owner(path).file_size(path)
 
     def delete_files(self, paths: Iterable[str]) -> list[str]:
         paths = list(paths)
-        hud = [p for p in paths if self._is_hudi(p)]
-        ice = [p for p in paths if not self._is_hudi(p)]
+        hud = [p for p in paths if self._owner(p) is self.hudi]
+        ice = [p for p in paths if self._owner(p) is self.iceberg]
         return self.iceberg.delete_files(ice) + list(self.hudi.delete_files(hud))
 
     def orphan_files(self, write_id: str) -> list[str]:
@@ -150,9 +173,9 @@ class DualSinks:
     def from_config(cls, cfg: PipelineConfig, faults: FaultPoints) -> DualSinks:
         # at-least-once: no journal; the Hudi writer mints a fresh instant per batch
         iceberg = IcebergSinks.from_config(cfg)
-        hudi_cfg = cfg.model_copy(update={"sink": cfg.sink.model_copy(update={"partition_by": []})})
-        hudi = HudiSinks.from_config(hudi_cfg)
-        hudi.main.followers.clear()  # dead letters live in the Iceberg dead-letter table
+        # sink.partitionBy partitions the Iceberg table only; dead letters live in the
+        # Iceberg dead-letter table
+        hudi = HudiSinks.open(cfg, own_dead_letters=False)
         return cls(
             main=DualCommitter(iceberg.main, hudi.main, faults),
             dead_letter=iceberg.dead_letter,
@@ -183,3 +206,30 @@ class DualSinks:
             faults=faults,
             dead_letter_write_files=write_data_files,
         )
+
+
+class DualFormat:
+    """The ``both`` :class:`~pipeline.formats.base.TableFormat`: an Iceberg and a Hudi main
+    table, one Iceberg dead-letter table."""
+
+    name = "both"
+
+    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> DualSinks:
+        return DualSinks.from_config(cfg, faults if faults is not None else FaultPoints())
+
+    def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
+        return IcebergFormat().writable_paths(cfg) + HudiFormat().writable_paths(cfg)
+
+    def table_sets(self, cfg: PipelineConfig) -> list[TableSet]:
+        iceberg = IcebergFormat().table_sets(cfg)[0]
+        hudi = HudiFormat().table_sets(cfg)[0]
+        return [iceberg, TableSet(hudi.main, iceberg.dead_letter)]
+
+    def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
+        return [
+            iceberg_table_status(tables.iceberg.main, pipeline_id),
+            hudi_table_status(tables.hudi.main, pipeline_id),
+        ]
+
+    def local_sink(self, workdir: Path) -> dict[str, Any]:
+        return HudiFormat().local_sink(workdir)

@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 BATCH_LOGGER = "pipeline.batches"
+#: Outcomes whose line carries ``bytes`` (the others commit no data files).
+_DATA_OUTCOMES = frozenset({"committed", "recommitted", "at_least_once"})
 
 __all__ = ["BATCH_LOGGER", "batch_log_line", "batch_logger", "install_json_batch_handler"]
 
@@ -39,7 +41,6 @@ def batch_log_line(
     outcome: Any,
     *,
     pipeline_id: str | None = None,
-    bytes_written: int | None = None,
     epoch: int | None = None,
     now: datetime | None = None,
 ) -> str:
@@ -48,15 +49,16 @@ def batch_log_line(
     Read from ``outcome``: ``batch_id``, ``outcome``, ``records``, ``dead_letter_records``,
     ``files``, ``ranges`` (only their count is logged), ``timings`` (phase -> seconds) and,
     when the coordinator provides them, ``instant``, ``epoch`` and ``bytes`` /
-    ``topic_bytes``. ``bytes_written`` / ``epoch`` are used when the outcome has none.
+    ``topic_bytes`` (``bytes`` is null for outcomes that commit no data). ``epoch`` is
+    used when the outcome has none.
     """
     timings: Mapping[str, float] = getattr(outcome, "timings", None) or {}
     nbytes = _int_or_none(getattr(outcome, "bytes", None))
     topic_bytes = getattr(outcome, "topic_bytes", None)
-    if nbytes is None and topic_bytes:
+    if topic_bytes and not nbytes:
         nbytes = sum(int(v) for v in topic_bytes.values())
-    if nbytes is None:
-        nbytes = bytes_written
+    if str(getattr(outcome, "outcome", "")) not in _DATA_OUTCOMES:
+        nbytes = None
     outcome_epoch = getattr(outcome, "epoch", None)
     ts = (now or datetime.now(UTC)).astimezone(UTC)
     line: dict[str, Any] = {

@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.commit.coordinator import PartitionStats, StagedBatch
 from pipeline.commit.offsets import OffsetRange
+from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.decode.spark import ERROR_COL
 
 RESULT_DDL = (

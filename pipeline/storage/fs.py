@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
-from pipeline.storage.s3 import S3_SCHEMES, S3Settings
+from pipeline.storage.s3_settings import S3_SCHEMES, S3Settings
 
 
 def filesystem_for(

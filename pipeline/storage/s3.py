@@ -27,7 +27,8 @@ store once: it creates a probe object twice and insists the second create is ref
 Properties (pyiceberg-style, as in the catalog configuration): ``s3.endpoint``,
 ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.session-token``, ``s3.region``,
 ``s3.profile-name`` (each also as ``client.*``), ``s3.path-style-access``,
-``s3.force-virtual-addressing``, ``s3.connect-timeout``, ``s3.request-timeout`` (seconds).
+``s3.force-virtual-addressing``, ``s3.connect-timeout``, ``s3.request-timeout`` (seconds);
+parsed by :mod:`pipeline.storage.s3_settings`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -50,13 +50,14 @@ from tenacity import (
     wait_random,
 )
 
-from pipeline.commit.journal import AlreadyExists, JournalStore, LocalJournalStore
+from pipeline.commit.journal import AlreadyExists, JournalStore
 from pipeline.errors import CommitError, ConfigError
+from pipeline.storage.local import LocalJournalStore
+from pipeline.storage.s3_settings import S3_SCHEMES, S3Settings, split_s3_uri
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 TOKEN_KEY = "ingest-token"  # user metadata: x-amz-meta-ingest-token
 
 _RETRYABLE_CODES = frozenset(
@@ -84,102 +85,6 @@ class JournalStoreError(CommitError):
     """The object store refused or kept failing a journal operation."""
 
     code = "journal-store"
-
-
-def _first(props: Mapping[str, str], *keys: str) -> str | None:
-    for key in keys:
-        value = props.get(key)
-        if value is not None and value != "":
-            return value
-    return None
-
-
-def _as_bool(value: str | None) -> bool | None:
-    if value is None:
-        return None
-    text = value.strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ConfigError(f"expected true or false, got {value!r}")
-
-
-def _as_seconds(key: str, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ConfigError(f"{key} must be a number of seconds, got {value!r}") from None
-    if seconds <= 0:
-        raise ConfigError(f"{key} must be positive, got {value!r}")
-    return seconds
-
-
-@dataclass(frozen=True)
-class S3Settings:
-    """Connection settings for an S3-compatible store, read from pyiceberg-style properties.
-
-    ``endpoint`` is a full URL (``http://host:port``); without a scheme it means https.
-    ``virtual_addressing`` None means the client default (path-style when an endpoint is
-    set, as pyarrow does).
-    """
-
-    endpoint: str | None = None
-    access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    virtual_addressing: bool | None = None
-    connect_timeout: float | None = None
-    request_timeout: float | None = None
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> S3Settings:
-        endpoint = _first(props, "s3.endpoint")
-        if endpoint is not None and "://" not in endpoint:
-            endpoint = f"https://{endpoint}"
-        virtual = _as_bool(_first(props, "s3.force-virtual-addressing"))
-        path_style = _as_bool(_first(props, "s3.path-style-access"))
-        if virtual is None and path_style is not None:
-            virtual = not path_style
-        access = _first(props, "s3.access-key-id", "client.access-key-id")
-        secret = _first(props, "s3.secret-access-key", "client.secret-access-key")
-        if (access is None) != (secret is None):
-            raise ConfigError(
-                "s3.access-key-id and s3.secret-access-key must be given together "
-                "(or neither, for the default AWS credential chain)"
-            )
-        return cls(
-            endpoint=endpoint.rstrip("/") if endpoint else None,
-            access_key=access,
-            secret_key=secret,
-            session_token=_first(props, "s3.session-token", "client.session-token"),
-            region=_first(props, "s3.region", "client.region"),
-            profile=_first(props, "s3.profile-name", "client.profile-name"),
-            virtual_addressing=virtual,
-            connect_timeout=_as_seconds("s3.connect-timeout", _first(props, "s3.connect-timeout")),
-            request_timeout=_as_seconds("s3.request-timeout", _first(props, "s3.request-timeout")),
-        )
-
-    def endpoint_parts(self) -> tuple[str | None, str]:
-        """``(host[:port], scheme)`` of the endpoint, as pyarrow's S3FileSystem wants them."""
-        if self.endpoint is None:
-            return None, "https"
-        parsed = urlparse(self.endpoint)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ConfigError(f"s3.endpoint {self.endpoint!r} must look like http(s)://host:port")
-        return parsed.netloc, parsed.scheme
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")`` (also s3a://, s3n://)."""
-    parsed = urlparse(uri)
-    if parsed.scheme not in S3_SCHEMES or not parsed.netloc:
-        raise ConfigError(f"{uri!r} is not an s3://bucket/path URI")
-    return parsed.netloc, parsed.path.strip("/")
 
 
 # ---------------------------------------------------------------------------------------

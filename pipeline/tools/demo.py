@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from pipeline.commit.coordinator import BatchOutcome
 from pipeline.commit.offsets import TopicPartition
+from pipeline.commit.types import BatchOutcome
 from pipeline.errors import ConfigError
+from pipeline.observe.base import OutcomeCallback
 from pipeline.preflight import check_writable
 
 
@@ -196,17 +197,21 @@ def run_demo(
                     f"instant {outcome.instant} "
                     f"({sum(outcome.timings.values()):.2f}s write+commit)"
                 )
+                show_committed()
 
-            pipeline.on_batch = announce
-
-            def tick(stats: object) -> None:
+            def show_committed() -> None:
                 s = pipeline.stats
-                progress.update(p_task, completed=produced["n"])
                 progress.update(
                     c_task,
                     completed=s.records + s.dead_letters,
                     description=f"committed (batch {s.batches}, {s.dead_letters} dead letters)",
                 )
+
+            pipeline.add_observer(OutcomeCallback(announce))  # the progress display
+
+            def tick(stats: object) -> None:
+                progress.update(p_task, completed=produced["n"])  # the producer's side
+                show_committed()
 
             def done(stats: object) -> bool:
                 s = pipeline.stats
@@ -239,9 +244,13 @@ def run_demo(
         console.print("\n[bold]Hudi[/]: a second pipeline copies the topic into a Hudi table")
         hudi_cfg = parse_config(hudi_demo_config(lake, broker.bootstrap_servers, topic))
         hudi_pipeline = Pipeline(hudi_cfg, pipeline.spark)
-        hudi_pipeline.on_batch = lambda o: console.print(
-            f"hudi batch {o.batch_id} {o.outcome}: {o.records} rows, "
-            f"{o.dead_letter_records} dead letters, instant {o.instant}"
+        hudi_pipeline.add_observer(
+            OutcomeCallback(
+                lambda o: console.print(
+                    f"hudi batch {o.batch_id} {o.outcome}: {o.records} rows, "
+                    f"{o.dead_letter_records} dead letters, instant {o.instant}"
+                )
+            )
         )
         hudi_pipeline.run(timeout_s=timeout)
         hudi_report = compare(_hudi_offsets(lake), expected)

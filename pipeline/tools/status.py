@@ -15,72 +15,57 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from pipeline.commit.faults import FaultPoints
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
+from pipeline.formats import registry
+from pipeline.formats.base import LastBatch, TableStatus
 from pipeline.observe.runstate import RunState, read_run_state
 
 PROBE_TIMEOUT_S = 2.0
 
 
 def print_status(cfg: PipelineConfig, console: Console) -> None:
+    """Run state, the instant journal (where the table format keeps it), each main
+    table's last batch, and the committed offsets against Kafka (with two main tables:
+    the offsets both have committed, the smaller of the two)."""
     print_run_status(cfg, console)
-    if cfg.sink.format == "hudi":
-        from pipeline.formats.hudi.status import print_hudi_status
-
-        return print_hudi_status(cfg, console)
-    if cfg.sink.format == "both":
-        return _print_both(cfg, console)
-    from pipeline.formats.iceberg.sinks import IcebergSinks
-
-    sinks = IcebergSinks.from_config(cfg)
-    _print_journal(cfg, sinks, console)
-    cp = iceberg_table_status(cfg, sinks, console)
-    if cp is not None:
-        print_offsets_and_lag(cfg, cp.committed_offsets, console)
-
-
-def _print_both(cfg: PipelineConfig, console: Console) -> None:
-    """``sink.format: both``: the journal lives in the Hudi table's timeline (the dual
-    sink mints and journals its instants there); each table's last batch; the offsets
-    both tables have committed (Iceberg commits first: the smaller of the two)."""
-    from pipeline.commit.faults import FaultPoints
-    from pipeline.formats.both import DualSinks
-    from pipeline.formats.hudi.status import hudi_table_status
-
-    sinks = DualSinks.from_config(cfg, FaultPoints(""))
-    _print_journal(cfg, sinks, console)
-    ice = iceberg_table_status(cfg, sinks.iceberg, console)
-    hud = hudi_table_status(cfg, sinks.hudi, console)
-    if ice is None and hud is None:
+    fmt = registry.table_format(cfg)
+    tables = fmt.open_tables(cfg, FaultPoints(""))
+    _print_journal(cfg, tables, console)
+    statuses = fmt.status(tables, cfg.id)
+    last = [b for st in statuses if (b := print_table_status(st, cfg.id, console))]
+    if not last:
         return
-    committed = sinks.main.committed_offsets(cfg.id)
+    if len(statuses) == 1:
+        print_offsets_and_lag(cfg, last[0].committed_offsets, console)
+        return
+    committed = tables.main.committed_offsets(cfg.id)
     if committed:
         print_offsets_and_lag(cfg, committed, console, title="committed offsets (both tables)")
 
 
-def iceberg_table_status(cfg: PipelineConfig, sinks: Any, console: Console) -> Any:
-    """The Iceberg table's snapshots and the pipeline's last batch there; its checkpoint
-    (None when nothing of this pipeline is committed)."""
-    table = sinks.main.table()
-    if table is None:
-        console.print(f"table {cfg.sink.table} does not exist yet (nothing committed)")
+def print_table_status(st: TableStatus, pipeline_id: str, console: Console) -> LastBatch | None:
+    """One table's commits and ``pipeline_id``'s last batch there (None: none committed)."""
+    if not st.exists:
+        where = f" at {st.location}" if st.location else ""
+        console.print(f"{st.table}{where} does not exist yet (nothing committed)")
         return None
-    cp = sinks.main.sink.latest_checkpoint(cfg.id)
-    snaps = table.snapshots()
-    console.print(f"table {cfg.sink.table}: {len(snaps)} snapshots at {table.location()}")
+    console.print(f"{st.table}: {st.commits} at {st.location}")
+    cp = st.last_batch
     if cp is None:
-        console.print(f"no commit of pipeline {cfg.id!r} in the table's history")
+        console.print(f"no commit of pipeline {pipeline_id!r} in the table's {st.history}")
         return None
-    head = table.current_snapshot()
     when = (
-        datetime.fromtimestamp(head.timestamp_ms / 1000, tz=UTC).isoformat(timespec="seconds")
-        if head
+        datetime.fromtimestamp(cp.committed_at, tz=UTC).isoformat(timespec="seconds")
+        if cp.committed_at
         else "-"
     )
+    instant = f", instant {cp.instant}" if cp.instant else ""
     console.print(
         f"pipeline {cp.pipeline_id}: last batch {cp.batch_id} (incarnation {cp.incarnation}, "
-        f"writer epoch {cp.epoch}), committed at {when}"
+        f"writer epoch {cp.epoch}){instant}, committed at {when}"
     )
     return cp
 

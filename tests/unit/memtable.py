@@ -29,8 +29,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pipeline.commit.coordinator import Checkpoint, PartitionStats, StagedBatch
+from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.errors import CommitError, FencedError
 
 Rec = tuple[str, int, int]  # (topic, partition, offset)
@@ -45,7 +46,7 @@ class Snapshot:
     id: int
     parent: int | None
     files: tuple[str, ...]
-    checkpoint: Checkpoint
+    checkpoint: CommitCheckpoint
     fence: bool = False
 
 
@@ -155,7 +156,7 @@ class MemTable:
             return sorted(p for p in self.physical if marker in p.rsplit("/", 1)[-1])
 
     # -- reading the table -----------------------------------------------------------
-    def _latest(self, pipeline_id: str) -> Checkpoint | None:
+    def _latest(self, pipeline_id: str) -> CommitCheckpoint | None:
         for s in reversed(self.snapshots):
             if s.checkpoint.pipeline_id == pipeline_id:
                 return s.checkpoint
@@ -197,11 +198,22 @@ class MemTable:
         with self._lock:
             return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
 
+    def any_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        """One table: the same as ``is_committed`` (no scheduling point of its own)."""
+        with self._lock:
+            return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
+
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         self._at("committed_offsets")
         with self._lock:
             cp = self._latest(pipeline_id)
-            return PartitionOffsets(cp.committed) if cp is not None else None
+            return PartitionOffsets(cp.committed_offsets) if cp is not None else None
 
     def latest_epoch(self, pipeline_id: str) -> int | None:
         self._at("latest_epoch")
@@ -221,11 +233,11 @@ class MemTable:
             self.snapshots.append(snap)
 
     def _snapshot(
-        self, files: tuple[str, ...], cp: Checkpoint, parent: int | None, fence: bool = False
+        self, files: tuple[str, ...], cp: CommitCheckpoint, parent: int | None, fence: bool = False
     ) -> Snapshot:
         return Snapshot(next(self._ids), parent, files, cp, fence)
 
-    def commit(self, files: list[bytes], checkpoint: Checkpoint) -> None:
+    def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
         paths = tuple(self.describe(d)[0] for d in files)
         for _ in range(self.max_attempts):
             self._at("commit-load")
@@ -263,7 +275,7 @@ class MemTable:
             return
         raise CommitError(f"commit to {self.name}: too many conflicts")
 
-    def _record(self, cp: Checkpoint, result: str, head: int | None) -> None:
+    def _record(self, cp: CommitCheckpoint, result: str, head: int | None) -> None:
         with self._lock:
             self.attempts.append(CommitAttempt(cp.epoch, cp.incarnation, cp.batch_id, result, head))
 
@@ -283,13 +295,15 @@ class MemTable:
                             f"{pipeline_id!r} already committed at epoch {latest.epoch}"
                         )
                     return
-                marker = Checkpoint(
+                marker = CommitCheckpoint(
                     pipeline_id=pipeline_id,
                     incarnation=latest.incarnation if latest is not None else "",
                     batch_id=latest.batch_id if latest is not None else -1,
                     epoch=epoch,
                     ranges={},
-                    committed=latest.committed if latest is not None else PartitionOffsets(),
+                    committed_offsets=latest.committed_offsets
+                    if latest is not None
+                    else PartitionOffsets(),
                     records=0,
                 )
                 snap = self._snapshot((), marker, base, fence=True)
@@ -324,7 +338,7 @@ class MemTable:
             out.extend(f.records)
         return sorted(out)
 
-    def commits(self, pipeline_id: str = "p1") -> list[Checkpoint]:
+    def commits(self, pipeline_id: str = "p1") -> list[CommitCheckpoint]:
         """Checkpoints of data commits (fences excluded), oldest first."""
         return [
             s.checkpoint

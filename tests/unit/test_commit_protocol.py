@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,7 +31,8 @@ import pytest
 from memtable import FakeKafka, FakeWorkers, MemTable, Rec
 
 from pipeline.commit import journal as journal_module
-from pipeline.commit.coordinator import BatchOutcome, Coordinator
+from pipeline.commit.at_least_once import AtLeastOnceCoordinator
+from pipeline.commit.coordinator import Coordinator, make_coordinator
 from pipeline.commit.faults import POINTS, FaultInjected, FaultPoints
 from pipeline.commit.instant import (
     BatchIdentity,
@@ -44,12 +45,13 @@ from pipeline.commit.instant import (
 from pipeline.commit.journal import (
     InstantTimeline,
     JournalStore,
-    LocalJournalStore,
     decode_entry,
     encode_entry,
 )
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import BatchOutcome
 from pipeline.errors import FencedError, OverlapError
+from pipeline.storage.local import LocalJournalStore
 
 PIPE = "p1"
 X, Y = "query-x", "query-y"  # checkpoint incarnations (Spark query ids)
@@ -109,7 +111,7 @@ class Env:
 
     def run(
         self,
-        c: Coordinator,
+        c: Coordinator | AtLeastOnceCoordinator,
         incarnation: str,
         batch_id: int,
         start: PartitionOffsets | None,
@@ -121,7 +123,9 @@ class Env:
         rf: Mapping[TopicPartition, int] | None = {} if earliest else (read_from or start)
         return c.run_batch(incarnation, batch_id, start, end, self.workers.for_batch(rf, end))
 
-    def batch(self, c: Coordinator, k: int, incarnation: str = X) -> BatchOutcome:
+    def batch(
+        self, c: Coordinator | AtLeastOnceCoordinator, k: int, incarnation: str = X
+    ) -> BatchOutcome:
         return self.run(c, incarnation, k, E[k - 1] if k else None, E[k])
 
     def instant_file(self, time: str, state: str) -> Path:
@@ -144,6 +148,16 @@ def assert_exactly_once(env: Env, end: PartitionOffsets) -> None:
     assert env.main.orphans() == [] and env.dl.orphans() == []
     assert env.main.committed_offsets(PIPE) == end
     assert env.timeline().pending() == []
+
+
+def assert_sizes(env: Env, out: BatchOutcome, staged: Sequence[str]) -> None:
+    """The outcome's sizes are those of the staged files it committed."""
+    main = [f for f in staged if f.startswith("mem://main/")]
+    dead = [f for f in staged if f.startswith("mem://dead_letter/")]
+    assert out.bytes == sum(env.main.physical[f].size for f in main) > 0
+    assert out.dead_letter_files == len(dead)
+    assert out.dead_letter_bytes == sum(env.dl.physical[f].size for f in dead)
+    assert out.files == len(main) + len(dead)
 
 
 def batch_keys(table: MemTable) -> list[tuple[str, int]]:
@@ -179,6 +193,8 @@ def test_happy_path_commits_each_batch_once_and_purges_the_journal(env: Env) -> 
         assert env.main.snapshots[-1].files == tuple(
             f for f in env.workers.calls[-1].files if f.startswith("mem://main/")
         )
+        assert_sizes(env, out, env.workers.calls[-1].files)
+        assert (out.data_loss, out.epoch) == ({}, 1)
     assert batch_keys(env.main) == [(X, k) for k in range(4)]
     assert all(cp.epoch == 1 for cp in env.main.commits())
     assert all(cp.batch_end == E[cp.batch_id] for cp in env.main.commits())
@@ -273,6 +289,8 @@ def test_crash_point_then_restart_replays_exactly_once(env: Env, point: str) -> 
         cp = env.main.commits()[-1]
         assert (cp.batch_id, cp.epoch, cp.instant) == (1, 2, crashed.time)
         assert sorted(env.main.snapshots[-1].files + _dl_files_of(env, 1)) == staged
+        assert_sizes(env, out, staged)
+        assert out.epoch == 2
 
     assert env.batch(c2, 2).outcome == "committed"
     assert batch_keys(env.main) == [(X, 0), (X, 1), (X, 2)]
@@ -660,7 +678,7 @@ def test_fence_semantics_of_the_memtable_match_the_adapter() -> None:
     t = MemTable()
     t.fence(PIPE, 1)
     cp = t.snapshots[-1].checkpoint
-    assert (cp.epoch, cp.batch_id, dict(cp.committed)) == (1, -1, {})
+    assert (cp.epoch, cp.batch_id, dict(cp.committed_offsets)) == (1, -1, {})
     t.fence(PIPE, 1)  # same epoch: no-op
     assert len(t.snapshots) == 1
     t.fence(PIPE, 3)
@@ -1178,11 +1196,13 @@ def test_instant_time_collision_between_writers_of_one_journal_fails_the_loser(
 
 
 def test_at_least_once_mode_appends_without_journal_or_fencing(env: Env) -> None:
-    c = Coordinator(PIPE, env.main, env.dl, timeline=None)
-    assert not c.exactly_once
+    c = make_coordinator(PIPE, env.main, env.dl, timeline=None)
+    assert isinstance(c, AtLeastOnceCoordinator) and not c.exactly_once
     for k in range(3):
         out = env.batch(c, k)
         assert (out.outcome, out.instant) == ("committed", None)
+        assert_sizes(env, out, env.workers.calls[-1].files)
+        assert (out.data_loss, out.epoch) == ({}, None)
     assert not env.journal_dir.exists()
     assert all(cp.epoch == 0 for cp in env.main.commits())
     assert all(call.write_id.startswith("alo-") for call in env.workers.calls)
@@ -1192,6 +1212,8 @@ def test_at_least_once_mode_appends_without_journal_or_fencing(env: Env) -> None
     # a new checkpoint from earliest: plain appends, no self-correction -> duplicates
     env.run(c, Y, 0, None, E[2], earliest=True)
     assert env.main.rows() == sorted(env.kafka.good(E[2]) * 2)
+    # with a journal: the exactly-once coordinator
+    assert isinstance(make_coordinator(PIPE, env.main, timeline=env.timeline()), Coordinator)
 
 
 def test_next_instant_time_is_strictly_increasing_when_the_clock_goes_backwards() -> None:

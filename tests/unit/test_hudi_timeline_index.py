@@ -1,4 +1,4 @@
-"""The indexed Hudi timeline (``pipeline.formats.hudi.table._Timeline``) answers exactly what a
+"""The indexed Hudi timeline (``pipeline.formats.hudi.timeline._Timeline``) answers exactly what a
 full parse of the same ``.hoodie`` listing answers, across random additions and
 deletions of instant files (and non-instant entries)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from pipeline.formats.hudi.table import HudiInstant, _parse_instant, _Timeline
+from pipeline.formats.hudi.timeline import HudiInstant, _parse_instant, _Timeline
 
 
 def _full_parse(names: list[str]) -> tuple[list[HudiInstant], list[str], list[str], str | None]:

@@ -1,4 +1,4 @@
-"""Native Hudi copy-on-write sink (``sink.format: hudi``), no JVM involved.
+"""Native Hudi copy-on-write sink (the ``hudi`` table format), no JVM involved.
 
 Table version 6, timeline layout 1, JSON commit metadata, metadata table off (see
 docs/hudi.md for why). Modules:
@@ -8,9 +8,14 @@ docs/hudi.md for why). Modules:
 * :mod:`~pipeline.formats.hudi.layout`  -- ``hoodie.properties``, instant/base-file names, atomic
   files, the table lock.
 * :mod:`~pipeline.formats.hudi.writer`  -- worker side: base files with the five meta columns.
-* :mod:`~pipeline.formats.hudi.table`   -- driver side: timeline reads, creation, commit, rollback,
-  and :class:`~pipeline.formats.hudi.table.HudiCommitter` (the coordinator's ``TableCommitter``).
+* :mod:`~pipeline.formats.hudi.timeline` -- the ``.hoodie`` instant files, parsed and indexed.
+* :mod:`~pipeline.formats.hudi.table`   -- driver side: timeline reads, creation, commit files,
+  rollback, trimming (:class:`~pipeline.formats.hudi.table.HudiTable`).
+* :mod:`~pipeline.formats.hudi.committer` -- :class:`HudiCommitter`,
+  the coordinator's ``TableCommitter``.
 * :mod:`~pipeline.formats.hudi.journal` -- the instant journal kept inside ``.hoodie/.ingest/``.
 * :mod:`~pipeline.formats.hudi.sinks`   -- :class:`HudiSinks`, built from the pipeline
   config like ``IcebergSinks``.
+* :mod:`~pipeline.formats.hudi.format`  -- :class:`HudiFormat`, the ``TableFormat``.
+* :mod:`~pipeline.formats.hudi.status`  -- what ``ingest status`` shows for a Hudi table.
 """

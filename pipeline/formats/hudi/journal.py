@@ -25,9 +25,11 @@ import os
 from collections.abc import Iterator, Sequence
 
 from pipeline.commit.instant import Requested, next_instant_time
-from pipeline.commit.journal import AlreadyExists, InstantTimeline, LocalJournalStore
-from pipeline.formats.hudi.layout import TablePaths, remove, requested_name, write_file
+from pipeline.commit.journal import AlreadyExists, InstantTimeline
+from pipeline.formats.hudi.layout import TablePaths, remove, requested_name
 from pipeline.formats.hudi.table import HudiTable
+from pipeline.storage.atomic import write_file
+from pipeline.storage.local import LocalJournalStore
 
 __all__ = ["HudiInstantTimeline", "HudiJournalStore"]
 

@@ -44,7 +44,6 @@ import re
 import shutil
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -168,41 +167,7 @@ def partition_metadata(instant: str, depth: int) -> bytes:
     )
 
 
-# -- atomic files ---------------------------------------------------------------------------
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file(path: str, data: bytes, *, tmp_dir: str, exclusive: bool = True) -> bool:
-    """Make ``path`` appear complete with ``data`` (temp file + fsync + link/rename + dir
-    fsync). ``exclusive``: create-if-absent, returns False when ``path`` exists."""
-    os.makedirs(tmp_dir, exist_ok=True)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(tmp_dir, f".tmp-{uuid.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if exclusive:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    fsync_dir(os.path.dirname(path))
-    return True
+# -- files (atomic writes: pipeline.storage.atomic) -----------------------------------------
 
 
 def remove(path: str) -> bool:

@@ -4,9 +4,9 @@ the key generator, record keys and partition paths.
 Everything here is plain data or pure pyarrow, so the driver and Spark's Python workers
 compute the same names and values from the same :class:`HudiTableSpec`.
 
-* Columns come from the pipeline's Iceberg-style schema (:mod:`pipeline.formats.iceberg.schema`:
-  same type names, same Kafka columns). Timestamps are written as microseconds,
-  UTC-adjusted (``timestamp`` without zone too: its wall clock is stored as UTC), ints
+* Columns come from the pipeline's format-neutral columns (:mod:`pipeline.formats.columns`:
+  the same type names and Kafka columns as the Iceberg tables). Timestamps are written as
+  microseconds, UTC-adjusted (``timestamp`` without zone too: its wall clock is stored as UTC), ints
   stay int32/int64, decimals are fixed-length byte arrays (pyarrow's default, minimal size).
 * The Avro schema (``extraMetadata.schema`` of every commit) has no meta fields: record
   ``<table>_record`` in namespace ``hoodie.<table>``; nullable fields are
@@ -32,28 +32,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.schema import Schema
-from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FixedType,
-    FloatType,
-    IcebergType,
-    IntegerType,
-    ListType,
-    LongType,
-    NestedField,
-    StringType,
-    StructType,
-    TimestampType,
-    TimestamptzType,
-    UUIDType,
-)
 
 from pipeline.errors import ConfigError
+from pipeline.formats.columns import Column, ColumnType, Decimal, ListOf, Primitive, StructOf
 
 __all__ = [
     "DEFAULT_PARTITION",
@@ -84,7 +65,7 @@ _KEYGEN = "org.apache.hudi.keygen."
 _AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Types whose string form is unambiguous in a path and in a key (what Hudi's key
 # generators produce for them: toString / LocalDate.toString).
-_KEY_TYPES = (StringType, IntegerType, LongType, BooleanType, DateType, UUIDType)
+_KEY_TYPES = frozenset(("string", "int", "long", "boolean", "date"))
 # Hive's escapePathName set (Hudi's PartitionPathEncodeUtils): control chars and these.
 _ESCAPED = frozenset([chr(c) for c in range(1, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
 
@@ -146,61 +127,55 @@ def _min_fixed_bytes(precision: int) -> int:
     return n
 
 
-def _arrow_type(t: IcebergType) -> pa.DataType:
-    if isinstance(t, BooleanType):
-        return pa.bool_()
-    if isinstance(t, IntegerType):
-        return pa.int32()
-    if isinstance(t, LongType):
-        return pa.int64()
-    if isinstance(t, FloatType):
-        return pa.float32()
-    if isinstance(t, DoubleType):
-        return pa.float64()
-    if isinstance(t, (StringType, UUIDType)):
-        return pa.string()
-    if isinstance(t, (BinaryType, FixedType)):
-        return pa.binary()
-    if isinstance(t, DateType):
-        return pa.date32()
-    if isinstance(t, (TimestampType, TimestamptzType)):
-        return pa.timestamp("us", tz="UTC")
-    if isinstance(t, DecimalType):
+_ARROW_PRIMITIVES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+}
+_AVRO_PRIMITIVES: dict[str, Any] = {
+    "boolean": "boolean",
+    "int": "int",
+    "long": "long",
+    "float": "float",
+    "double": "double",
+    "string": "string",
+    "binary": "bytes",
+    "date": {"type": "int", "logicalType": "date"},
+    "timestamp": {"type": "long", "logicalType": "timestamp-micros"},
+    "timestamptz": {"type": "long", "logicalType": "timestamp-micros"},
+}
+
+
+def _arrow_type(t: ColumnType) -> pa.DataType:
+    if isinstance(t, Primitive) and t.name in _ARROW_PRIMITIVES:
+        return _ARROW_PRIMITIVES[t.name]
+    if isinstance(t, Decimal):
         return pa.decimal128(t.precision, t.scale)
-    if isinstance(t, ListType):
+    if isinstance(t, ListOf):
         return pa.list_(
-            pa.field("element", _arrow_type(t.element_type), nullable=not t.element_required)
+            pa.field("element", _arrow_type(t.element), nullable=not t.element_required)
         )
-    if isinstance(t, StructType):
+    if isinstance(t, StructOf):
         return pa.struct([_arrow_field(f) for f in t.fields])
     raise ConfigError(f"type {t} cannot be written to a Hudi table")
 
 
-def _arrow_field(f: NestedField) -> pa.Field:
-    return pa.field(f.name, _arrow_type(f.field_type), nullable=not f.required)
+def _arrow_field(f: Column) -> pa.Field:
+    return pa.field(f.name, _arrow_type(f.type), nullable=not f.required)
 
 
-def _avro_type(t: IcebergType, name: str, namespace: str) -> Any:
+def _avro_type(t: ColumnType, name: str, namespace: str) -> Any:
     """Avro for ``t`` (field ``name`` of the record whose full name is ``namespace``)."""
-    if isinstance(t, BooleanType):
-        return "boolean"
-    if isinstance(t, IntegerType):
-        return "int"
-    if isinstance(t, LongType):
-        return "long"
-    if isinstance(t, FloatType):
-        return "float"
-    if isinstance(t, DoubleType):
-        return "double"
-    if isinstance(t, (StringType, UUIDType)):
-        return "string"
-    if isinstance(t, (BinaryType, FixedType)):
-        return "bytes"
-    if isinstance(t, DateType):
-        return {"type": "int", "logicalType": "date"}
-    if isinstance(t, (TimestampType, TimestamptzType)):
-        return {"type": "long", "logicalType": "timestamp-micros"}
-    if isinstance(t, DecimalType):
+    if isinstance(t, Primitive) and t.name in _AVRO_PRIMITIVES:
+        return _AVRO_PRIMITIVES[t.name]
+    if isinstance(t, Decimal):
         # named like Spark's SchemaConverters: <record namespace>.<field>.fixed
         return {
             "type": "fixed",
@@ -211,15 +186,15 @@ def _avro_type(t: IcebergType, name: str, namespace: str) -> Any:
             "precision": t.precision,
             "scale": t.scale,
         }
-    if isinstance(t, ListType):
-        item = _avro_type(t.element_type, name, namespace)
+    if isinstance(t, ListOf):
+        item = _avro_type(t.element, name, namespace)
         return {"type": "array", "items": item if t.element_required else ["null", item]}
-    if isinstance(t, StructType):
+    if isinstance(t, StructOf):
         return _avro_record(list(t.fields), name, namespace)
     raise ConfigError(f"type {t} cannot be written to a Hudi table")
 
 
-def _avro_record(fields: list[NestedField], name: str, namespace: str) -> dict[str, Any]:
+def _avro_record(fields: list[Column], name: str, namespace: str) -> dict[str, Any]:
     full = f"{namespace}.{name}"
     out: list[dict[str, Any]] = []
     for f in fields:
@@ -227,7 +202,7 @@ def _avro_record(fields: list[NestedField], name: str, namespace: str) -> dict[s
             raise ConfigError(
                 f"field {f.name!r}: Hudi (Avro) field names must match [A-Za-z_][A-Za-z0-9_]*"
             )
-        t = _avro_type(f.field_type, f.name, full)
+        t = _avro_type(f.type, f.name, full)
         if f.required:
             out.append({"name": f.name, "type": t})
         else:
@@ -256,16 +231,16 @@ class HudiTableSpec:
         base_path: str,
         database: str,
         name: str,
-        schema: Schema,
+        columns: Sequence[Column],
         record_key_fields: Sequence[str] = (),
         partition_fields: Sequence[str] = (),
     ) -> HudiTableSpec:
-        """Validate the key/partition fields against ``schema`` (ConfigError naming the
+        """Validate the key/partition fields against ``columns`` (ConfigError naming the
         field) and derive the Arrow and Avro schemas."""
         for label, text in (("database", database), ("table", name)):
             if not _AVRO_NAME.match(text):
                 raise ConfigError(f"Hudi {label} name {text!r} must match [A-Za-z_][A-Za-z0-9_]*")
-        by_name = {f.name: f for f in schema.fields}
+        by_name = {c.name: c for c in columns}
         keys = tuple(record_key_fields) or KAFKA_KEY_FIELDS
         parts = tuple(partition_fields)
         for label, names in (("recordKeyFields", keys), ("partitionFields", parts)):
@@ -277,9 +252,9 @@ class HudiTableSpec:
                     raise ConfigError(
                         f"sink.hudi.{label}: unknown column {n!r}; columns: {', '.join(by_name)}"
                     )
-                if not isinstance(field.field_type, _KEY_TYPES):
+                if not (isinstance(field.type, Primitive) and field.type.name in _KEY_TYPES):
                     raise ConfigError(
-                        f"sink.hudi.{label}: column {n!r} is {field.field_type}; allowed: "
+                        f"sink.hudi.{label}: column {n!r} is {field.type}; allowed: "
                         "string, int, long, boolean, date"
                     )
         for n in keys:
@@ -288,8 +263,8 @@ class HudiTableSpec:
                     f"sink.hudi.recordKeyFields: column {n!r} must be required (a null "
                     "record key is not valid in Hudi); set required: true in decode.schema"
                 )
-        arrow = pa.schema([_arrow_field(f) for f in schema.fields])
-        avro = _avro_record(list(schema.fields), f"{name}_record", f"hoodie.{name}")
+        arrow = pa.schema([_arrow_field(c) for c in columns])
+        avro = _avro_record(list(columns), f"{name}_record", f"hoodie.{name}")
         return cls(
             base_path=base_path,
             database=database,

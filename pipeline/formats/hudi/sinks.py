@@ -21,23 +21,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from pyiceberg.schema import Schema
-
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
+from pipeline.formats.columns import (
+    FieldSpec,
+    data_columns,
+    dead_letter_columns,
+    spark_ddl,
+    table_columns,
+)
+from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.journal import HudiInstantTimeline, HudiJournalStore
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
-from pipeline.formats.hudi.table import HudiCommitter, HudiTable
+from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.writer import write_base_files
-from pipeline.formats.iceberg.schema import (
-    KAFKA_COLUMN_NAMES,
-    FieldSpec,
-    build_schema,
-    dead_letter_schema,
-    spark_ddl,
-)
 from pipeline.spark.writer import TaskPlan
 
 __all__ = ["HudiSinks", "local_base_path"]
@@ -75,22 +74,30 @@ class HudiSinks:
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig) -> HudiSinks:
-        sink = cfg.sink
-        hudi = sink.hudi
-        if hudi is None:
-            raise ConfigError("sink.hudi.basePath is required when sink.format is hudi")
-        if sink.partition_by:
+        if cfg.sink.partition_by:
             raise ConfigError(
                 "sink.partitionBy is for Iceberg tables; a Hudi table is partitioned by "
                 "columns: use sink.hudi.partitionFields"
             )
-        raw = cfg.decode.format == "raw"
+        return cls.open(cfg)
+
+    @classmethod
+    def open(cls, cfg: PipelineConfig, *, own_dead_letters: bool = True) -> HudiSinks:
+        """The tables of ``cfg.sink.hudi``; ``sink.partitionBy`` (Iceberg partitioning)
+        is not looked at. ``own_dead_letters`` False: the pipeline's dead letters go to
+        another table (the ``both`` format: the Iceberg dead-letter table), so the
+        dead-letter table here is not committed with the main table."""
+        sink = cfg.sink
+        hudi = sink.hudi
+        if hudi is None:
+            raise ConfigError("sink.hudi.basePath is required for a Hudi table")
+        raw = cfg.decode.raw
         fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
-        schema = build_schema(fields, raw=raw)
+        columns = table_columns(fields, raw=raw)
         base = local_base_path(hudi.base_path)
         database, name = _split_identifier(sink.table)
         main = HudiTableSpec.build(
-            base, database, name, schema, hudi.record_key_fields, hudi.partition_fields
+            base, database, name, columns, hudi.record_key_fields, hudi.partition_fields
         )
         dl_base = local_base_path(
             hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter",
@@ -100,18 +107,18 @@ class HudiSinks:
             raise ConfigError("sink.hudi.deadLetterBasePath must differ from sink.hudi.basePath")
         dl_database, dl_name = _split_identifier(sink.dead_letter_identifier)
         dead = HudiTableSpec.build(
-            dl_base, dl_database, dl_name, dead_letter_schema(), KAFKA_KEY_FIELDS, ()
+            dl_base, dl_database, dl_name, dead_letter_columns(), KAFKA_KEY_FIELDS, ()
         )
-        data_schema = Schema(*[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES])
         main_committer = HudiCommitter(HudiTable(main), max_commits=sink.max_snapshots)
         dead_committer = HudiCommitter(HudiTable(dead), max_commits=sink.max_snapshots)
         # the coordinator commits dead letters first, then the main table: a main commit
         # of T ends the dead-letter table's T when it had no dead letters
-        main_committer.followers.append(dead_committer)
+        if own_dead_letters:
+            main_committer.followers.append(dead_committer)
         return cls(
             main=main_committer,
             dead_letter=dead_committer,
-            data_ddl=spark_ddl(data_schema) if not raw else "",
+            data_ddl=spark_ddl(data_columns(columns)) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
             target_file_size_bytes=sink.target_file_size_bytes,
         )

@@ -1,22 +1,22 @@
-"""Table schemas for ingested topics: user fields + Kafka coordinates, in Iceberg terms.
+"""Table schemas for ingested topics, in Iceberg terms.
 
+The columns themselves (user fields, Kafka coordinates, dead-letter columns) are format
+neutral (:mod:`pipeline.formats.columns`); this module makes pyiceberg schemas of them.
 Everything here is pure pyiceberg/pyarrow so that the driver and Spark's Python workers
 build the very same schema (same field ids) from the same configuration.
 
-* :class:`FieldSpec` is one configured column (``name``, Iceberg-style ``type``).
-* :func:`build_schema` appends the Kafka coordinate columns (:data:`KAFKA_COLUMNS`) and
-  assigns field ids ``1..n`` the way ``new_table_metadata`` does (top-level fields first,
-  then nested ones), so the schema equals the one the catalog will store.
+* :func:`build_schema` assigns field ids ``1..n`` the way ``new_table_metadata`` does
+  (top-level fields first, then nested ones), so the schema equals the one the catalog
+  will store.
 * :func:`build_partition_spec` parses ``"day(ts)"``, ``"bucket(16, user_id)"``, ...
-* :func:`arrow_schema` / :func:`spark_ddl` give the Arrow schema workers write and the
-  Spark DDL the decoder hands to ``from_json``.
+* :func:`arrow_schema` gives the Arrow schema workers write.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -39,22 +39,28 @@ from pyiceberg.types import (
     DateType,
     DecimalType,
     DoubleType,
-    FixedType,
     FloatType,
     IcebergType,
     IntegerType,
     ListType,
     LongType,
-    MapType,
     NestedField,
     StringType,
     StructType,
     TimestampType,
     TimestamptzType,
-    UUIDType,
 )
 
 from pipeline.errors import ConfigError
+from pipeline.formats import columns as cols
+from pipeline.formats.columns import (
+    HEADERS_TYPE_NAME,
+    KAFKA_COLUMN_NAMES,
+    KAFKA_COLUMNS,
+    Column,
+    ColumnType,
+    FieldSpec,
+)
 
 __all__ = [
     "HEADERS_TYPE_NAME",
@@ -65,32 +71,9 @@ __all__ = [
     "build_partition_spec",
     "build_schema",
     "dead_letter_schema",
+    "iceberg_schema",
     "parse_type",
-    "spark_ddl",
 ]
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """One configured column: ``name``, Iceberg type name, nullability, documentation."""
-
-    name: str
-    type: str
-    required: bool = False
-    doc: str | None = None
-
-
-#: Kafka coordinates every row carries, appended after the user's fields.
-KAFKA_COLUMNS: tuple[FieldSpec, ...] = (
-    FieldSpec("_kafka_topic", "string", required=True, doc="Kafka topic the record came from"),
-    FieldSpec("_kafka_partition", "int", required=True, doc="Kafka partition"),
-    FieldSpec("_kafka_offset", "long", required=True, doc="Kafka offset within the partition"),
-    FieldSpec("_kafka_timestamp", "timestamptz", required=False, doc="Kafka record timestamp"),
-)
-KAFKA_COLUMN_NAMES: tuple[str, ...] = tuple(f.name for f in KAFKA_COLUMNS)
-
-#: Type of the ``headers`` column in raw and dead-letter tables.
-HEADERS_TYPE_NAME = "list<struct<key: string, value: binary>>"
 
 _PRIMITIVES: dict[str, IcebergType] = {
     "boolean": BooleanType(),
@@ -103,95 +86,48 @@ _PRIMITIVES: dict[str, IcebergType] = {
     "date": DateType(),
     "timestamp": TimestampType(),
     "timestamptz": TimestamptzType(),
-    # Spark has no UUID type and from_json reads UUIDs as strings: store them as strings.
-    "uuid": StringType(),
 }
-ALLOWED_TYPES: tuple[str, ...] = (*_PRIMITIVES, "decimal(p,s)")
-_DECIMAL = re.compile(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def _iceberg_type(t: ColumnType, ids: itertools.count[int]) -> IcebergType:
+    if isinstance(t, cols.Primitive):
+        return _PRIMITIVES[t.name]
+    if isinstance(t, cols.Decimal):
+        return DecimalType(t.precision, t.scale)
+    if isinstance(t, cols.ListOf):
+        return ListType(
+            element_id=next(ids),
+            element=_iceberg_type(t.element, ids),
+            element_required=t.element_required,
+        )
+    return StructType(*[_field(c, ids) for c in t.fields])
+
+
+def _field(c: Column, ids: itertools.count[int]) -> NestedField:
+    field_id = next(ids)
+    return NestedField(field_id, c.name, _iceberg_type(c.type, ids), c.required, c.doc)
 
 
 def parse_type(type_name: str, field_name: str = "?") -> IcebergType:
     """The Iceberg type for a configured type name; ConfigError naming the field otherwise."""
-    text = type_name.strip().lower() if isinstance(type_name, str) else ""
-    if text in _PRIMITIVES:
-        return _PRIMITIVES[text]
-    if m := _DECIMAL.fullmatch(text):
-        precision, scale = int(m.group(1)), int(m.group(2))
-        if not 1 <= precision <= 38 or scale > precision:
-            raise ConfigError(
-                f"field {field_name!r}: {type_name!r} is not a valid decimal "
-                "(need 1 <= precision <= 38 and 0 <= scale <= precision)"
-            )
-        return DecimalType(precision, scale)
-    raise ConfigError(
-        f"field {field_name!r}: unknown type {type_name!r}; "
-        f"allowed types: {', '.join(ALLOWED_TYPES)}"
-    )
+    return _iceberg_type(cols.parse_type(type_name, field_name), itertools.count(1))
 
 
-def _headers_type(ids: itertools.count[int]) -> ListType:
-    return ListType(
-        element_id=next(ids),
-        element=StructType(
-            NestedField(next(ids), "key", StringType(), required=True),
-            NestedField(next(ids), "value", BinaryType(), required=False),
-        ),
-        element_required=True,
-    )
-
-
-def _kafka_fields(ids: itertools.count[int]) -> list[NestedField]:
-    return [
-        NestedField(next(ids), f.name, parse_type(f.type, f.name), required=f.required, doc=f.doc)
-        for f in KAFKA_COLUMNS
-    ]
-
-
-def _raw_fields(ids: itertools.count[int]) -> list[NestedField]:
-    return [
-        NestedField(next(ids), "key", BinaryType(), required=False, doc="Kafka record key"),
-        NestedField(next(ids), "value", BinaryType(), required=False, doc="Kafka record value"),
-        NestedField(next(ids), "headers", _headers_type(ids), required=False, doc="Kafka headers"),
-    ]
-
-
-def _fresh(fields: list[NestedField]) -> Schema:
-    # Same id assignment as new_table_metadata (top-level fields first, then nested).
-    return assign_fresh_schema_ids(Schema(*fields))
+def iceberg_schema(columns: Iterable[Column]) -> Schema:
+    """The pyiceberg schema of ``columns``, field ids assigned as ``new_table_metadata``
+    does (top-level fields first, then nested)."""
+    ids = itertools.count(1)
+    return assign_fresh_schema_ids(Schema(*[_field(c, ids) for c in columns]))
 
 
 def build_schema(fields: list[FieldSpec], raw: bool = False) -> Schema:
     """The table schema: user fields (or raw key/value/headers) then the Kafka columns."""
-    ids = itertools.count(1)
-    if raw:
-        if fields:
-            raise ConfigError("raw mode stores key, value and headers as bytes: it takes no fields")
-        return _fresh([*_raw_fields(ids), *_kafka_fields(ids)])
-    if not fields:
-        raise ConfigError("schema has no fields (configure fields, or use raw mode)")
-    seen: set[str] = set()
-    out: list[NestedField] = []
-    for f in fields:
-        if not isinstance(f.name, str) or not f.name.strip():
-            raise ConfigError(f"field name {f.name!r} is empty")
-        if f.name.lower() in seen:
-            raise ConfigError(f"field {f.name!r} is defined twice (names are case-insensitive)")
-        if f.name.lower().startswith("_kafka_"):
-            raise ConfigError(
-                f"field {f.name!r}: names starting with '_kafka_' are reserved for "
-                f"the Kafka columns {', '.join(KAFKA_COLUMN_NAMES)}"
-            )
-        seen.add(f.name.lower())
-        out.append(NestedField(next(ids), f.name, parse_type(f.type, f.name), f.required, f.doc))
-    return _fresh([*out, *_kafka_fields(ids)])
+    return iceberg_schema(cols.table_columns(fields, raw=raw))
 
 
 def dead_letter_schema() -> Schema:
     """Dead-letter rows: raw key/value/headers, the decode error, and the Kafka columns."""
-    ids = itertools.count(1)
-    error = NestedField(next(ids), "error", StringType(), required=True, doc="why decoding failed")
-    raw = _raw_fields(ids)
-    return _fresh([*raw, error, *_kafka_fields(ids)])
+    return iceberg_schema(cols.dead_letter_columns())
 
 
 _TRANSFORM = re.compile(r"(?P<name>[A-Za-z_]+)\s*\((?P<args>.*)\)", re.DOTALL)
@@ -276,49 +212,3 @@ def build_partition_spec(schema: Schema, partition_by: list[str]) -> PartitionSp
 def arrow_schema(schema: Schema) -> pa.Schema:
     """The Arrow schema pyiceberg writes for ``schema`` (with Parquet field ids)."""
     return schema_to_pyarrow(schema)
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _spark_type(t: IcebergType) -> str:
-    if isinstance(t, BooleanType):
-        return "BOOLEAN"
-    if isinstance(t, IntegerType):
-        return "INT"
-    if isinstance(t, LongType):
-        return "BIGINT"
-    if isinstance(t, FloatType):
-        return "FLOAT"
-    if isinstance(t, DoubleType):
-        return "DOUBLE"
-    if isinstance(t, (StringType, UUIDType)):
-        return "STRING"
-    if isinstance(t, (BinaryType, FixedType)):
-        return "BINARY"
-    if isinstance(t, DateType):
-        return "DATE"
-    if isinstance(t, TimestamptzType):
-        return "TIMESTAMP"
-    if isinstance(t, TimestampType):
-        return "TIMESTAMP_NTZ"
-    if isinstance(t, DecimalType):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if isinstance(t, ListType):
-        return f"ARRAY<{_spark_type(t.element_type)}>"
-    if isinstance(t, MapType):
-        return f"MAP<{_spark_type(t.key_type)}, {_spark_type(t.value_type)}>"
-    if isinstance(t, StructType):
-        inner = ", ".join(f"{_quote(f.name)}: {_spark_type(f.field_type)}" for f in t.fields)
-        return f"STRUCT<{inner}>"
-    raise ConfigError(f"type {t} has no Spark SQL equivalent")
-
-
-def spark_ddl(schema: Schema) -> str:
-    """Spark DDL for ``schema`` (e.g. for ``from_json``): ``"`id` BIGINT, `ts` TIMESTAMP"``.
-
-    Column names are back-quoted so reserved words and odd characters parse. Nullability is
-    not expressed: ``from_json`` makes every column nullable anyway.
-    """
-    return ", ".join(f"{_quote(f.name)} {_spark_type(f.field_type)}" for f in schema.fields)

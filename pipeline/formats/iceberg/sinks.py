@@ -11,19 +11,19 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from pipeline.commit.coordinator import Checkpoint
+from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import PipelineConfig
-from pipeline.formats.iceberg.schema import (
-    KAFKA_COLUMN_NAMES,
+from pipeline.formats.columns import (
     FieldSpec,
-    build_partition_spec,
-    build_schema,
-    dead_letter_schema,
+    data_columns,
+    dead_letter_columns,
     spark_ddl,
+    table_columns,
 )
-from pipeline.formats.iceberg.table import CommitCheckpoint, IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
+from pipeline.formats.iceberg.table import IcebergTableSink, load_catalog
 from pipeline.formats.iceberg.writer import deserialize_data_file, write_data_files
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for
@@ -100,6 +100,16 @@ class IcebergCommitter:
     ) -> bool:
         return self.sink.is_committed(pipeline_id, incarnation, batch_id, batch_end)
 
+    def any_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        """One table: the same as :meth:`is_committed`."""
+        return self.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         cp = self.sink.latest_checkpoint(pipeline_id)
         if cp is None:
@@ -108,23 +118,22 @@ class IcebergCommitter:
             {TopicPartition(t, p): off for (t, p), off in cp.committed_offsets.items()}
         )
 
-    def commit(self, files: list[bytes], checkpoint: Checkpoint) -> None:
-        self.sink.commit(
-            files,
-            CommitCheckpoint(
-                pipeline_id=checkpoint.pipeline_id,
-                incarnation=checkpoint.incarnation,
-                batch_id=checkpoint.batch_id,
-                epoch=checkpoint.epoch,
-                ranges=checkpoint.ranges,
-                committed_offsets=dict(checkpoint.committed),
-                records=checkpoint.records,
-                data_loss=checkpoint.data_loss or None,
-                dead_letter_records=checkpoint.dead_letter_records,
-                instant=checkpoint.instant,
-                batch_end=dict(checkpoint.batch_end) if checkpoint.batch_end is not None else None,
-            ),
-        )
+    def last_commit_time(self, pipeline_id: str) -> float | None:
+        """Unix time of the newest snapshot carrying this pipeline's checkpoint (fencing
+        snapshots excluded), or None."""
+        from pipeline.commit.checkpoint import FENCE_KEY, PIPELINE_ID_KEY
+
+        table = self.sink.load()
+        if table is None:
+            return None
+        for snapshot in self.sink._ancestry(table):
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            if summary.get(PIPELINE_ID_KEY) == pipeline_id and FENCE_KEY not in summary:
+                return float(snapshot.timestamp_ms) / 1000.0
+        return None
+
+    def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
+        self.sink.commit(files, checkpoint)
 
     def table(self) -> Table | None:
         return self.sink.load()
@@ -142,9 +151,10 @@ class IcebergSinks:
     def from_config(cls, cfg: PipelineConfig) -> IcebergSinks:
         sink = cfg.sink
         catalog = load_catalog(sink.catalog.name, sink.catalog.pyiceberg_properties())
-        raw = cfg.decode.format == "raw"
+        raw = cfg.decode.raw
         fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
-        schema = build_schema(fields, raw=raw)
+        columns = table_columns(fields, raw=raw)
+        schema = iceberg_schema(columns)
         spec = (
             build_partition_spec(schema, sink.partition_by)
             if sink.partition_by
@@ -167,20 +177,17 @@ class IcebergSinks:
         dead = IcebergTableSink(
             catalog,
             sink.dead_letter_identifier,
-            dead_letter_schema(),
+            iceberg_schema(dead_letter_columns()),
             UNPARTITIONED_PARTITION_SPEC,
             sink.table_properties,
             catalog_retry_s=patience,
             max_snapshots=sink.max_snapshots,
         )
-        data_schema = Schema(
-            *[f for f in schema.fields if f.name not in KAFKA_COLUMN_NAMES and not raw]
-        )
         return cls(
             main=IcebergCommitter(main),
             dead_letter=IcebergCommitter(dead),
             main_schema=schema,
-            data_ddl=spark_ddl(data_schema) if not raw else "",
+            data_ddl=spark_ddl(data_columns(columns)) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
         )
 
@@ -203,6 +210,6 @@ class IcebergSinks:
             main_ctx=self.main.sink.write_context(write_uuid),
             main_columns=tuple(f.name for f in self.main_schema.fields),
             dead_letter_ctx=dead.sink.write_context(write_uuid) if dead else None,
-            dead_letter_columns=tuple(f.name for f in dead_letter_schema().fields),
+            dead_letter_columns=tuple(c.name for c in dead_letter_columns()),
             flush_bytes=self.flush_bytes,
         )

@@ -31,18 +31,7 @@ pyiceberg details this module relies on (pyiceberg 0.12):
 * A missing table is created in the same catalog operation as its first snapshot
   (``create_table_transaction``; DESIGN invariant 9), at the location the workers'
   :class:`~pipeline.formats.iceberg.writer.WriteContext` used.
-
-Bounded history (so commit latency stays flat): every ``expire_every`` commits, main's
-ancestors beyond the newest ``max_snapshots`` are expired with pyiceberg's
-``ExpireSnapshots`` -- metadata only, no file is deleted (merge-appends carry every live
-manifest forward, so the retained snapshots still reference all data files). What the
-expired snapshots recorded is carried forward: every commit's summary holds
-``ingest.ranges-before`` / ``ingest.data-loss-before``, the merged offset intervals this
-pipeline committed (lost) before that commit, so the verifier starts from the oldest
-retained snapshot. Expiry is skipped while the oldest retained commit of a pipeline lacks
-these keys (tables written before they existed). Dedupe by batch id sees only the retained
-history: a replay of a batch older than that is caught by the coordinator's overlap check
-(its offsets are below the committed offsets), not appended twice.
+Bounded history: :mod:`pipeline.formats.iceberg.expiry`.
 
 Reads: the read-only checks of one batch (epoch, committed offsets, is_committed, write
 context) and the commit share one view of the table for up to ``read_cache_s``: the last
@@ -55,400 +44,63 @@ or a table creation drops the view.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
-from urllib.parse import urlparse
+from typing import TypeVar
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
 from pyiceberg.exceptions import (
-    CommitFailedException,
-    CommitStateUnknownException,
-    NoSuchPropertyException,
     NoSuchTableError,
-    NotInstalledError,
-    ServerError,
-    ServiceUnavailableError,
-    TableAlreadyExistsError,
-    TooManyRequestsError,
 )
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table, TableProperties
-from pyiceberg.table.refs import MAIN_BRANCH
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    wait_exponential,
-    wait_random,
-)
 
-from pipeline.commit.history import (
-    DATA_LOSS_BEFORE_KEY,
-    DATA_LOSS_KEY,
+from pipeline.commit.checkpoint import (
+    BATCH_END_KEY,
+    BATCH_ID_KEY,
+    FENCE_KEY,
+    INCARNATION_KEY,
     PIPELINE_ID_KEY,
-    RANGES_BEFORE_KEY,
-    RANGES_KEY,
-    carry_forward,
-    forgettable,
+    CommitCheckpoint,
 )
-from pipeline.commit.history import (
-    parse_nested as _parse_nested,
-)
-from pipeline.commit.history import (
-    parse_ranges as _parse_ranges,
-)
+from pipeline.commit.checkpoint import parse_offsets as _parse_offsets
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import (
-    CatalogUnavailableError,
     CommitError,
     ConfigError,
     FencedError,
-    PipelineError,
 )
+from pipeline.formats.iceberg.catalog import load_catalog, mask_uri, one_line
+from pipeline.formats.iceberg.expiry import (
+    DEFAULT_TABLE_PROPERTIES,
+    FORCED_TABLE_PROPERTIES,
+    NOTHING_BEFORE,
+    append_view,
+    carried_forward,
+    expirable,
+    expiry_view,
+    summary_of,
+)
+from pipeline.formats.iceberg.retry import with_retries
 from pipeline.formats.iceberg.writer import WriteContext, deserialize_data_file
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-__all__ = [
-    "BATCH_ID_KEY",
-    "COMMITTED_OFFSETS_KEY",
-    "DATA_LOSS_BEFORE_KEY",
-    "DATA_LOSS_KEY",
-    "DEAD_LETTER_RECORDS_KEY",
-    "EPOCH_KEY",
-    "FENCE_KEY",
-    "INCARNATION_KEY",
-    "PIPELINE_ID_KEY",
-    "RANGES_BEFORE_KEY",
-    "RANGES_KEY",
-    "RECORDS_KEY",
-    "CommitCheckpoint",
-    "IcebergTableSink",
-    "WriterFencedError",
-    "load_catalog",
-]
+__all__ = ["IcebergTableSink", "load_catalog"]
 
-# Snapshot summary keys of the consumption checkpoint (DESIGN invariant 2).
-INCARNATION_KEY = "ingest.incarnation"
-BATCH_ID_KEY = "ingest.batch-id"
-EPOCH_KEY = "ingest.epoch"
-COMMITTED_OFFSETS_KEY = "ingest.committed-offsets"  # {"topic": {"partition": next_offset}}
-RECORDS_KEY = "ingest.records"
-DEAD_LETTER_RECORDS_KEY = "ingest.dead-letter-records"  # optional
-INSTANT_KEY = "ingest.instant"  # optional: the journal instant this commit completed
-# optional: the batch's planned end offsets (Spark's offset log entry). Part of the batch
-# identity: a restored older checkpoint reuses batch ids for different ranges.
-BATCH_END_KEY = "ingest.batch-end"
-FENCE_KEY = "ingest.fence"  # "true" on the empty snapshot of IcebergTableSink.fence()
-# PIPELINE_ID_KEY, RANGES_KEY, DATA_LOSS_KEY, RANGES_BEFORE_KEY, DATA_LOSS_BEFORE_KEY:
-# pipeline.commit.history (shared with the Hudi sink's bounded timeline).
-
-#: Properties every table created here gets (user properties win, except retries).
-DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
-    TableProperties.FORMAT_VERSION: "2",
-    TableProperties.MANIFEST_MERGE_ENABLED: "true",
-    TableProperties.MANIFEST_MIN_MERGE_COUNT: "16",
-}
-#: Properties forced on tables created here (DESIGN invariant 7).
-FORCED_TABLE_PROPERTIES: dict[str, str] = {TableProperties.COMMIT_NUM_RETRIES: "0"}
-
-
-class WriterFencedError(FencedError):
-    """A newer writer epoch has committed to the table: this writer is a zombie."""
-
-    code = "fenced"
-
-
-# ---------------------------------------------------------------------------------------
-# Catalog
-# ---------------------------------------------------------------------------------------
-
-_USERINFO = re.compile(r"(://[^:/@]*):[^@/]*@")
-
-
-def _mask(uri: str) -> str:
-    return _USERINFO.sub(r"\1:***@", uri)
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else ""
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _ensure_sqlite_dir(uri: str) -> None:
-    """The embedded SQLite catalog lives under the warehouse: create its directory."""
-    if not uri.startswith("sqlite:///"):
-        return
-    path = urlparse(uri).path
-    if path and path != "/:memory:":
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-
-
-def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
-    """A pyiceberg catalog; failures become one-line ConfigError / CommitError.
-
-    Examples: ``{"type": "sql", "uri": "sqlite:////abs/catalog.db", "warehouse":
-    "file:///abs/warehouse"}``, ``{"type": "sql", "uri": "postgresql+psycopg2://u:p@h/db",
-    ...}``, ``{"type": "rest", "uri": "http://host:8181"}``.
-    """
-    props = {str(k): str(v) for k, v in properties.items()}
-    uri = _mask(props.get("uri", ""))
-    where = f"catalog {name!r} ({props.get('type', '?')} at {uri or 'no uri'})"
-    if "uri" in props:
-        try:
-            _ensure_sqlite_dir(props["uri"])
-        except OSError as e:
-            raise ConfigError(f"{where}: cannot create the SQLite directory: {_one_line(e)}") from e
-    try:
-        return _pyiceberg_load_catalog(name, **props)
-    except (ValueError, NoSuchPropertyException, NotInstalledError, ImportError) as e:
-        raise ConfigError(f"{where}: {_one_line(e)}") from e
-    except Exception as e:
-        raise CommitError(f"cannot reach {where}: {_one_line(e)}") from e
-
-
-# ---------------------------------------------------------------------------------------
-# Checkpoint
-# ---------------------------------------------------------------------------------------
-
-
-def _ranges_json(ranges: Mapping[TopicPartition, tuple[int, int]]) -> str:
-    nested: dict[str, dict[str, list[int]]] = {}
-    for (topic, partition), (start, end) in sorted(ranges.items()):
-        nested.setdefault(topic, {})[str(partition)] = [int(start), int(end)]
-    return json.dumps(nested, separators=(",", ":"), sort_keys=True)
-
-
-def _offsets_json(offsets: Mapping[TopicPartition, int]) -> str:
-    nested: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        nested.setdefault(topic, {})[str(partition)] = int(offset)
-    return json.dumps(nested, separators=(",", ":"), sort_keys=True)
-
-
-def _parse_offsets(text: str, key: str) -> dict[TopicPartition, int]:
-    return {tp: int(value) for tp, value in _parse_nested(text, key)}
-
-
-@dataclass(frozen=True)
-class CommitCheckpoint:
-    """The consumption checkpoint one table commit records in its snapshot summary.
-
-    ``ranges``: this commit's half-open ``[start, end)`` per (topic, partition);
-    ``committed_offsets``: cumulative next offset per (topic, partition) after this commit;
-    ``data_loss``: offset ranges skipped because Kafka no longer had them (optional).
-    Keys are ``TopicPartition`` named tuples (plain ``(topic, partition)`` tuples compare
-    and hash equal, so they work at runtime too).
-    """
-
-    pipeline_id: str
-    incarnation: str
-    batch_id: int
-    epoch: int
-    ranges: Mapping[TopicPartition, tuple[int, int]]
-    committed_offsets: Mapping[TopicPartition, int]
-    records: int
-    data_loss: Mapping[TopicPartition, tuple[int, int]] | None = None
-    dead_letter_records: int = 0
-    instant: str | None = None
-    batch_end: Mapping[TopicPartition, int] | None = None
-
-    def to_summary(self) -> dict[str, str]:
-        """Snapshot summary properties (all strings, JSON for the offset maps)."""
-        summary = {
-            PIPELINE_ID_KEY: self.pipeline_id,
-            INCARNATION_KEY: self.incarnation,
-            BATCH_ID_KEY: str(int(self.batch_id)),
-            EPOCH_KEY: str(int(self.epoch)),
-            RANGES_KEY: _ranges_json(self.ranges),
-            COMMITTED_OFFSETS_KEY: _offsets_json(self.committed_offsets),
-            RECORDS_KEY: str(int(self.records)),
-        }
-        if self.data_loss:
-            summary[DATA_LOSS_KEY] = _ranges_json(self.data_loss)
-        if self.dead_letter_records:
-            summary[DEAD_LETTER_RECORDS_KEY] = str(int(self.dead_letter_records))
-        if self.instant:
-            summary[INSTANT_KEY] = self.instant
-        if self.batch_end is not None:
-            summary[BATCH_END_KEY] = _offsets_json(self.batch_end)
-        return summary
-
-    @classmethod
-    def from_summary(cls, summary: Mapping[str, Any]) -> CommitCheckpoint | None:
-        """The checkpoint in a snapshot summary; None when it carries none.
-
-        A summary with a pipeline id but malformed checkpoint keys raises CommitError.
-        """
-        pipeline_id = summary.get(PIPELINE_ID_KEY)
-        if pipeline_id is None:
-            return None
-        try:
-            data_loss_text = summary.get(DATA_LOSS_KEY)
-            return cls(
-                pipeline_id=str(pipeline_id),
-                incarnation=str(summary[INCARNATION_KEY]),
-                batch_id=int(summary[BATCH_ID_KEY]),
-                epoch=int(summary[EPOCH_KEY]),
-                ranges=_parse_ranges(summary[RANGES_KEY], RANGES_KEY),
-                committed_offsets=_parse_offsets(
-                    summary[COMMITTED_OFFSETS_KEY], COMMITTED_OFFSETS_KEY
-                ),
-                records=int(summary[RECORDS_KEY]),
-                data_loss=(
-                    _parse_ranges(data_loss_text, DATA_LOSS_KEY)
-                    if data_loss_text is not None
-                    else None
-                ),
-                dead_letter_records=int(summary.get(DEAD_LETTER_RECORDS_KEY) or 0),
-                instant=summary.get(INSTANT_KEY) or None,
-                batch_end=(
-                    _parse_offsets(summary[BATCH_END_KEY], BATCH_END_KEY)
-                    if BATCH_END_KEY in summary
-                    else None
-                ),
-            )
-        except (KeyError, ValueError, TypeError) as e:
-            raise CommitError(
-                f"snapshot summary of pipeline {pipeline_id!r} has a malformed checkpoint: "
-                f"{_one_line(e)}"
-            ) from e
-
-
-def _summary_of(snapshot: Snapshot) -> Mapping[str, str]:
-    return snapshot.summary.additional_properties if snapshot.summary is not None else {}
+# The ``ingest.*`` snapshot summary keys and the checkpoint codec (DESIGN invariant 2):
+# pipeline.commit.checkpoint (format-neutral, shared with the Hudi sink).
 
 
 # ---------------------------------------------------------------------------------------
 # Sink
 # ---------------------------------------------------------------------------------------
-
-
-# Storage errors that waiting does not heal: a few attempts, never the catalog deadline.
-_PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
-def _is_conflict(exc: BaseException) -> bool:
-    """Retried a bounded number of times (``max_commit_attempts``)."""
-    return isinstance(
-        exc,
-        (
-            CommitFailedException,  # lost the optimistic-concurrency race
-            TableAlreadyExistsError,  # someone created the table first
-            *_PERMANENT_OS_ERRORS,
-        ),
-    )
-
-
-def _is_unavailable(exc: BaseException) -> bool:
-    """The catalog (or storage) did not answer: retried until the catalog deadline."""
-    if isinstance(exc, _PERMANENT_OS_ERRORS):
-        return False
-    if isinstance(
-        exc,
-        (
-            CommitStateUnknownException,  # REST 5xx during commit: ancestry is checked first
-            ServiceUnavailableError,
-            ServerError,
-            TooManyRequestsError,
-            OSError,  # network (requests' errors are OSErrors too) or storage hiccups
-        ),
-    ):
-        return True
-    # SQL catalog: database down, locked or connection dropped (sqlalchemy is optional).
-    return type(exc).__module__.startswith("sqlalchemy") and type(exc).__name__ in (
-        "OperationalError",
-        "InterfaceError",
-    )
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    return _is_conflict(exc) or _is_unavailable(exc)
-
-
-def _append_view(table: Table) -> Table:
-    """The table as our append transaction sees it (a local view, never persisted).
-
-    * Properties: ``commit.retry.num-retries=0`` so pyiceberg does not rebase and re-commit
-      by itself after a conflict (our retry re-checks dedupe and fence first), and manifest
-      merging on unless the table says otherwise.
-    * History: only the head snapshot of ``main``, no snapshot or metadata log.
-      pyiceberg's ``Transaction`` deep-copies the whole metadata on every
-      ``table_metadata`` access (~15 per append), so commit time would grow linearly with
-      the number of snapshots (about 16 ms with 10 and 300 ms with 300 snapshots here) and
-      metadata-log entries. An append needs only the head (its manifests, its
-      summary totals, the sequence number); the requirement it sends is "main is still at
-      the head", checked by the catalog against its own metadata.
-
-    The catalog applies our updates (add snapshot, move ``main``) to ITS current metadata,
-    so nothing of this view is written back.
-    """
-    metadata = table.metadata
-    props = dict(metadata.properties)
-    props.update(FORCED_TABLE_PROPERTIES)
-    for key in (TableProperties.MANIFEST_MERGE_ENABLED, TableProperties.MANIFEST_MIN_MERGE_COUNT):
-        props.setdefault(key, DEFAULT_TABLE_PROPERTIES[key])
-    head = metadata.snapshot_by_name(MAIN_BRANCH)
-    main_ref = metadata.refs.get(MAIN_BRANCH)
-    return _local_view(
-        table,
-        properties=props,
-        snapshots=[head] if head is not None else [],
-        refs={MAIN_BRANCH: main_ref} if main_ref is not None else {},
-        current_snapshot_id=head.snapshot_id if head is not None else None,
-    )
-
-
-def _local_view(table: Table, **update: Any) -> Table:
-    """``table`` with its metadata replaced by a copy carrying ``update`` and no history
-    logs or statistics: a local view for one transaction, never written back."""
-    view = table.metadata.model_copy(
-        update={
-            "snapshot_log": [],
-            "metadata_log": [],
-            "statistics": [],
-            "partition_statistics": [],
-            **update,
-        }
-    )
-    return Table(
-        identifier=table.name(),
-        metadata=view,
-        metadata_location=table.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-        config=table.config,
-    )
-
-
-_NOTHING_BEFORE = {RANGES_BEFORE_KEY: "{}", DATA_LOSS_BEFORE_KEY: "{}"}
-
-
-def _expiry_view(table: Table, expired: set[int]) -> Table:
-    """The table as our expiry transaction sees it (local, never persisted): only the
-    snapshots to expire, so pyiceberg's per-id checks do not deep-copy the whole history.
-    The catalog removes them from ITS current metadata (no retry: a conflict just waits
-    for the next expiry)."""
-    metadata = table.metadata
-    return _local_view(
-        table,
-        properties={**metadata.properties, **FORCED_TABLE_PROPERTIES},
-        snapshots=[s for s in metadata.snapshots if s.snapshot_id in expired],
-    )
 
 
 class IcebergTableSink:
@@ -548,7 +200,7 @@ class IcebergTableSink:
 
     def _latest(self, table: Table, pipeline_id: str) -> CommitCheckpoint | None:
         for snapshot in self._ancestry(table):
-            summary = _summary_of(snapshot)
+            summary = summary_of(snapshot)
             if summary.get(PIPELINE_ID_KEY) == pipeline_id:
                 return CommitCheckpoint.from_summary(summary)
         return None
@@ -562,7 +214,7 @@ class IcebergTableSink:
         batch_end: Mapping[TopicPartition, int] | None = None,
     ) -> Snapshot | None:
         for snapshot in self._ancestry(table):
-            summary = _summary_of(snapshot)
+            summary = summary_of(snapshot)
             if (
                 summary.get(PIPELINE_ID_KEY) != pipeline_id
                 or summary.get(INCARNATION_KEY) != incarnation
@@ -685,7 +337,7 @@ class IcebergTableSink:
 
         Idempotent: when the ancestry already holds this (pipeline, incarnation, batch),
         that snapshot's id is returned and nothing is appended. Fenced: when the table's
-        latest checkpoint of this pipeline has a higher epoch, WriterFencedError.
+        latest checkpoint of this pipeline has a higher epoch, FencedError.
         ``precondition`` is called before every attempt with that latest checkpoint (None
         if none) and may raise to refuse the commit. A conflict with a concurrent commit
         is retried (reload, dedupe, fence check, append) up to ``max_commit_attempts``.
@@ -720,9 +372,9 @@ class IcebergTableSink:
         offsets, no ranges, marked ``ingest.fence=true``) at the new epoch. It moves the
         table's head, so the in-flight commit of an older writer fails its catalog
         assertion, and that writer's retry then sees the newer epoch and raises
-        WriterFencedError. Returns the fence snapshot id; None when the table does not
+        FencedError. Returns the fence snapshot id; None when the table does not
         exist yet (the first commit creates it atomically; a losing creator retries and
-        is fenced then) or already carries this epoch. WriterFencedError when a newer
+        is fenced then) or already carries this epoch. FencedError when a newer
         epoch already committed.
         """
 
@@ -744,12 +396,12 @@ class IcebergTableSink:
                     records=0,
                 )
                 return self._create_with_first_commit(
-                    [], {**marker.to_summary(), **_NOTHING_BEFORE, FENCE_KEY: "true"}
+                    [], {**marker.to_summary(), **NOTHING_BEFORE, FENCE_KEY: "true"}
                 )
             latest = self._latest(table, pipeline_id)
             if latest is not None and latest.epoch >= epoch:
                 if latest.epoch > epoch:
-                    raise WriterFencedError(
+                    raise FencedError(
                         f"cannot fence table {self.name} at epoch {epoch}: pipeline "
                         f"{pipeline_id!r} already committed at epoch {latest.epoch}"
                     )
@@ -765,7 +417,7 @@ class IcebergTableSink:
             )
             fence_summary = {
                 **marker.to_summary(),
-                **self._carried_forward(table, pipeline_id),
+                **carried_forward(table, pipeline_id),
                 FENCE_KEY: "true",
             }
             return self._append(table, [], fence_summary)
@@ -780,7 +432,7 @@ class IcebergTableSink:
 
     def _catalog_description(self) -> str:
         props = getattr(self.catalog, "properties", {}) or {}
-        uri = _mask(str(props.get("uri", ""))) or "no uri"
+        uri = mask_uri(str(props.get("uri", ""))) or "no uri"
         return f"catalog {self.catalog.name!r} ({props.get('type', '?')} at {uri})"
 
     def _with_retries(self, what: str, attempt_once: Callable[[], _T]) -> _T:
@@ -788,64 +440,18 @@ class IcebergTableSink:
         ``max_commit_attempts`` times, an unreachable catalog for ``catalog_retry_s``."""
         if getattr(self._retry_scope, "active", False):
             return attempt_once()  # nested (a load inside a commit): the outer loop retries
-        started = time.monotonic()
-        conflicts = 0
-
-        def stop(state: RetryCallState) -> bool:
-            nonlocal conflicts
-            exc = state.outcome.exception() if state.outcome is not None else None
-            if exc is not None and _is_unavailable(exc):
-                return time.monotonic() - started >= self.catalog_retry_s
-            conflicts += 1
-            return conflicts >= self.max_commit_attempts
-
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome is not None else None
-            if exc is not None and _is_unavailable(exc):
-                waited = time.monotonic() - started
-                log.warning(
-                    "%s unreachable during %s of %s (%s); waited %.0fs of %.0fs, retrying",
-                    self._catalog_description(),
-                    what,
-                    self.name,
-                    _one_line(exc),
-                    waited,
-                    self.catalog_retry_s,
-                )
-                return
-            log.warning(
-                "%s to %s: attempt %d failed (%s); retrying",
-                what,
-                self.name,
-                state.attempt_number,
-                _one_line(exc) if exc is not None else "?",
-            )
-
-        retrying = Retrying(
-            stop=stop,
-            wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.1),
-            retry=retry_if_exception(_is_retryable),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
         self._retry_scope.active = True
         try:
-            for attempt in retrying:
-                with attempt:
-                    return attempt_once()
-        except PipelineError:
-            raise
-        except Exception as e:
-            if _is_unavailable(e):
-                raise CatalogUnavailableError(
-                    f"{self._catalog_description()} unreachable for "
-                    f"{time.monotonic() - started:.0f}s (limit commit.catalogRetrySeconds="
-                    f"{self.catalog_retry_s:g}) during {what} of {self.name}: {_one_line(e)}"
-                ) from e
-            raise CommitError(f"{what} to {self.name} failed: {_one_line(e)}") from e
+            return with_retries(
+                what,
+                attempt_once,
+                table=self.name,
+                catalog=self._catalog_description(),
+                catalog_retry_s=self.catalog_retry_s,
+                max_commit_attempts=self.max_commit_attempts,
+            )
         finally:
             self._retry_scope.active = False
-        raise AssertionError("unreachable: tenacity either returns or raises")
 
     def _check_fence(
         self,
@@ -854,7 +460,7 @@ class IcebergTableSink:
         precondition: Callable[[CommitCheckpoint | None], None] | None,
     ) -> None:
         if latest is not None and latest.epoch > checkpoint.epoch:
-            raise WriterFencedError(
+            raise FencedError(
                 f"table {self.name} has commits of pipeline {checkpoint.pipeline_id!r} at "
                 f"writer epoch {latest.epoch} (batch {latest.batch_id}); this writer holds "
                 f"epoch {checkpoint.epoch} and must stop"
@@ -889,7 +495,7 @@ class IcebergTableSink:
             table = self._load_for_read()
             if table is None:
                 self._check_fence(None, checkpoint, precondition)
-                return self._create_with_first_commit(files, {**summary, **_NOTHING_BEFORE})
+                return self._create_with_first_commit(files, {**summary, **NOTHING_BEFORE})
             done = self._find_batch(
                 table,
                 checkpoint.pipeline_id,
@@ -910,32 +516,13 @@ class IcebergTableSink:
             self._check_fence(self._latest(table, checkpoint.pipeline_id), checkpoint, precondition)
             self._check_files(table, files)
             self._snapshots_at_commit = len(table.metadata.snapshots) + 1
-            carried = self._carried_forward(table, checkpoint.pipeline_id)
+            carried = carried_forward(table, checkpoint.pipeline_id)
             return self._append(table, files, {**summary, **carried})
         except BaseException:
             self._forget_read_view()
             raise
 
     # -- bounded history -----------------------------------------------------------------
-
-    def _carried_forward(self, table: Table, pipeline_id: str) -> dict[str, str]:
-        """``ingest.ranges-before`` / ``ingest.data-loss-before`` for the next commit of
-        ``pipeline_id`` on ``table``'s head (:func:`pipeline.commit.history.carry_forward`)."""
-        ancestry = ancestors_of(table.current_snapshot(), table.metadata)
-        return carry_forward((_summary_of(s) for s in ancestry), pipeline_id)
-
-    def _expirable(self, table: Table) -> list[int]:
-        """Main's ancestors beyond the newest ``max_snapshots``, when every pipeline with
-        commits among them carries their ranges forward
-        (:func:`pipeline.commit.history.forgettable`)."""
-        ancestry = [
-            (str(s.snapshot_id), _summary_of(s))
-            for s in ancestors_of(table.current_snapshot(), table.metadata)
-        ]
-        old = forgettable(ancestry, self.max_snapshots)
-        if not old and len(ancestry) > self.max_snapshots:
-            log.debug("%s: history not carried forward yet: nothing expired", self.name)
-        return [int(i) for i in old]
 
     def _maybe_expire(self) -> None:
         """Expire old snapshots every ``expire_every`` commits (metadata only). Never fails
@@ -947,19 +534,19 @@ class IcebergTableSink:
             table = self.load()
             if table is None:
                 return
-            expired = self._expirable(table)
+            expired = expirable(table, self.max_snapshots)
             if expired:
-                view = _expiry_view(table, set(expired))
+                view = expiry_view(table, set(expired))
                 view.maintenance.expire_snapshots().by_ids(expired).commit()
                 log.info("%s: expired %d old snapshots (metadata only)", self.name, len(expired))
         except Exception as e:  # housekeeping: retried after more commits
-            log.warning("%s: snapshot expiry failed, retried later: %s", self.name, _one_line(e))
+            log.warning("%s: snapshot expiry failed, retried later: %s", self.name, one_line(e))
         finally:
             self._forget_read_view()
 
     def _append(self, table: Table, files: list[DataFile], summary: dict[str, str]) -> int:
         """One merge-append snapshot on top of ``table``'s head; no pyiceberg retry."""
-        txn = _append_view(table).transaction()
+        txn = append_view(table).transaction()
         with txn.update_snapshot(snapshot_properties=summary).merge_append() as append:
             for f in files:
                 append.append_data_file(f)

@@ -23,7 +23,9 @@ every time, so its window ratio is a second control.
 
 from __future__ import annotations
 
+import math
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -34,10 +36,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.commit.coordinator import StagedBatch
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import StagedBatch
 from pipeline.decode.spark import ERROR_COL
-from pipeline.formats.iceberg.schema import HEADERS_TYPE_NAME  # noqa: F401  (documents the column)
+from pipeline.formats.columns import HEADERS_TYPE_NAME  # noqa: F401  (documents the column)
+from pipeline.formats.registry import table_format
+from pipeline.tools.bench import stats
+from pipeline.tools.bench.context import Context
+from pipeline.tools.bench.context import rounded as _round
 from pipeline.tools.bench.runs import RunSpec, pipeline_config
 
 ROWS = 20
@@ -107,10 +113,10 @@ class _CommitRunner:
                 "warehouse": str(workdir / "warehouse"),
             }
             self.catalog = "postgresql"
-        if fmt == "hudi":
-            self.catalog = "hudi timeline"
         self.fmt = fmt
         self.pipe = Pipeline(parse_config(raw_cfg))
+        if _main_kind(self.pipe.cfg) == "hudi":
+            self.catalog = "hudi timeline"
         self.coordinator = self.pipe.coordinator
         self.coordinator.acquire_epoch(owner="bench")
         self.incarnation = str(uuid.uuid4())
@@ -179,9 +185,14 @@ def run_commit_series(
     return series, young
 
 
+def _main_kind(cfg: Any) -> str:
+    """How the (first) main table of ``cfg`` is stored: ``iceberg`` or ``hudi``."""
+    return table_format(cfg).table_sets(cfg)[0].main.kind
+
+
 def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
     """Sizes that grow with the commit count and that each commit reads or rewrites."""
-    if fmt == "hudi":
+    if _main_kind(pipe.cfg) == "hudi":
         meta = pipe.sinks.main.hudi.paths.meta
         return {"timeline_files": len(os.listdir(meta))}
     table = pipe.sinks.main.table()
@@ -196,4 +207,88 @@ def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
         "snapshots": len(table.metadata.snapshots),
         "metadata_json_bytes": size,
         "manifests_in_head": len(head.manifests(table.io)) if head is not None else 0,
+    }
+
+
+# -- commit growth ------------------------------------------------------------------------
+
+
+def commit_growth(ctx: Context, postgres_uri: str | None) -> dict[str, Any]:
+    p = ctx.preset
+    targets: list[tuple[str, str | None]] = [("iceberg", None), ("hudi", None)]
+    if p.postgres and postgres_uri:
+        targets.append(("iceberg", postgres_uri))
+    series_out = []
+    for fmt, uri in targets:
+        ctx.say(
+            f"commit growth: {p.commits:,} commits to one {fmt} table"
+            + (" (PostgreSQL catalog)" if uri else "")
+        )
+        workdir = ctx.work / ctx.next_name(f"commits-{fmt}")
+        t0 = time.monotonic()
+
+        def progress(n: int, t0: float = t0) -> None:
+            if n % 200 == 0:
+                ctx.say(f"  {n:,} commits, {time.monotonic() - t0:.0f}s")
+
+        late_lo = p.late_window[0]
+        s, young = run_commit_series(
+            fmt, p.commits, workdir, uri, on_progress=progress,
+            control_window=p.commits - late_lo + 1,
+        )  # fmt: skip
+        shutil.rmtree(workdir, ignore_errors=True)
+        row: dict[str, Any] = {
+            "format": fmt,
+            "catalog": s.catalog,
+            "commits": len(s.protocol),
+            "early_window": list(p.early_window),
+            "late_window": list(p.late_window),
+        }
+        # the verdict: the aged table's late window against a fresh table's early window,
+        # measured interleaved (same host state); the same table's own early window (run
+        # minutes before) is kept as `same_table`
+        n_young = len(young.protocol) if young is not None else 0
+        young_window = (p.early_window[0], min(p.early_window[1], n_young))
+        for key, vals, yvals in (
+            ("protocol", s.protocol, young.protocol if young else []),
+            ("precommit", s.precommit, young.precommit if young else []),
+            ("commit", s.commit, young.commit if young else []),
+            ("staging_control", s.staging, young.staging if young else []),
+        ):
+            late = stats.window_median(vals, *p.late_window)
+            own_early = stats.window_median(vals, *p.early_window)
+            early = stats.window_median(yvals, *young_window) if yvals else own_early
+            row[key] = {
+                "early_median_s": _round(early, 5),
+                "late_median_s": _round(late, 5),
+                "ratio": _round(stats.growth_ratio(early, late), 3),
+                "same_table": {
+                    "early_median_s": _round(own_early, 5),
+                    "ratio": _round(stats.growth_ratio(own_early, late), 3),
+                },
+            }
+        row["early_from"] = (
+            f"a fresh table's commits {young_window[0]}-{young_window[1]}, interleaved with "
+            f"the late window"
+            if young is not None
+            else "the same table"
+        )
+        control = row["staging_control"]["ratio"] or 1.0
+        row["load_corrected_ratio"] = _round((row["protocol"]["ratio"] or math.inf) / control, 3)
+        row["flat"] = bool(row["protocol"]["ratio"] is not None and row["protocol"]["ratio"] <= 1.5)
+        corrected = row["load_corrected_ratio"]
+        row["flat_load_corrected"] = bool(corrected is not None and corrected <= 1.5)
+        row["after_last_commit"] = s.diagnostics
+        row["per_commit_s"] = [round(x, 5) for x in s.protocol]
+        series_out.append(row)
+        ctx.say(
+            f"  median {row['protocol']['early_median_s']}s (commits "
+            f"{p.early_window[0]}-{p.early_window[1]}) → {row['protocol']['late_median_s']}s "
+            f"({p.late_window[0]}-{p.late_window[1]}): x{row['protocol']['ratio']}"
+        )
+    return {
+        "what": "protocol time per commit (run_batch minus file staging): journal "
+        "REQUESTED/INFLIGHT/COMPLETED, dedupe check, table commit",
+        "limit_ratio": 1.5,
+        "series": series_out,
     }

@@ -84,7 +84,7 @@ def freshness_from_table(
 ) -> tuple[np.ndarray, int]:
     """Seconds from Kafka timestamp to commit visibility for the rows of the pipeline's
     snapshots committed inside ``window`` (epoch seconds); also the snapshot count."""
-    from pipeline.formats.iceberg.table import CommitCheckpoint
+    from pipeline.commit.checkpoint import CommitCheckpoint
 
     # (partition -> list of (start, end, commit time)) for snapshots inside the window
     spans: dict[TopicPartition, list[tuple[int, int, float]]] = {}

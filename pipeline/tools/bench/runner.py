@@ -200,7 +200,9 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
         if ctx.eo_batches:
             report["commit_latency"] = sections.commit_latency(ctx)
         if "growth" in groups:
-            report["commit_growth"] = sections.commit_growth(
+            from pipeline.tools.bench import commits  # pyarrow and the app: only when asked
+
+            report["commit_growth"] = commits.commit_growth(
                 ctx, _postgres_uri() if preset.postgres else None
             )
         if opts.profile and needs_data:

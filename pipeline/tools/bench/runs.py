@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats.registry import format_named
 from pipeline.tools.generator import event_schema_fields
 
 FORMATS = ("iceberg", "hudi")
@@ -44,8 +45,7 @@ def pipeline_config(
         "catalog": {"warehouse": str(workdir / "warehouse")},
         "table": f"bench.run_{name.replace('-', '_')}",
     }
-    if spec.format == "hudi":
-        sink["hudi"] = {"basePath": str(workdir / "hudi" / "events")}
+    sink.update(format_named(spec.format).local_sink(workdir))
     source: dict[str, Any] = {
         "bootstrapServers": bootstrap,
         "topics": [topic],

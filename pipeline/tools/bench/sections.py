@@ -26,14 +26,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import psutil
 
 from pipeline.tools.bench import stats
-from pipeline.tools.bench.dataset import BenchBroker, Dataset, partitions_for
+from pipeline.tools.bench.context import MB, WARMUP_COMMITS, WINDOW_COMMITS, Context
+from pipeline.tools.bench.context import rounded as _round
+from pipeline.tools.bench.dataset import partitions_for
 from pipeline.tools.bench.driver import (
     ROOT,
     BenchRunError,
@@ -42,34 +43,8 @@ from pipeline.tools.bench.driver import (
     run_to_end,
     write_config,
 )
-from pipeline.tools.bench.presets import EO, Preset
+from pipeline.tools.bench.presets import EO
 from pipeline.tools.bench.runs import RunSpec, pipeline_config
-
-MB = 1_000_000
-WARMUP_COMMITS = 3
-WINDOW_COMMITS = 3  # at least this many commits inside the freshness window
-
-
-@dataclass
-class Context:
-    broker: BenchBroker
-    dataset: Dataset
-    preset: Preset
-    work: Path
-    say: Callable[[str], None]
-    raw: dict[str, Any] | None = None
-    runs: list[dict[str, Any]] = field(default_factory=list)  # summaries of pipeline runs
-    eo_batches: dict[str, list[Any]] = field(default_factory=dict)  # format -> BatchLines
-    seq: int = 0
-
-    def next_name(self, label: str) -> str:
-        self.seq += 1
-        return f"{self.seq:02d}-{label}"
-
-
-def _round(x: float, digits: int = 4) -> float | None:
-    return None if x is None or math.isnan(x) or math.isinf(x) else round(x, digits)
-
 
 # -- raw ceiling ------------------------------------------------------------------------
 
@@ -541,89 +516,3 @@ def freshness_and_recovery(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]
         "restart_process_cpu_seconds": _round(restart_result.cpu_seconds, 2),
     }
     return fresh, recovery
-
-
-# -- commit growth ------------------------------------------------------------------------
-
-
-def commit_growth(ctx: Context, postgres_uri: str | None) -> dict[str, Any]:
-    from pipeline.tools.bench.commits import run_commit_series
-
-    p = ctx.preset
-    targets: list[tuple[str, str | None]] = [("iceberg", None), ("hudi", None)]
-    if p.postgres and postgres_uri:
-        targets.append(("iceberg", postgres_uri))
-    series_out = []
-    for fmt, uri in targets:
-        ctx.say(
-            f"commit growth: {p.commits:,} commits to one {fmt} table"
-            + (" (PostgreSQL catalog)" if uri else "")
-        )
-        workdir = ctx.work / ctx.next_name(f"commits-{fmt}")
-        t0 = time.monotonic()
-
-        def progress(n: int, t0: float = t0) -> None:
-            if n % 200 == 0:
-                ctx.say(f"  {n:,} commits, {time.monotonic() - t0:.0f}s")
-
-        late_lo = p.late_window[0]
-        s, young = run_commit_series(
-            fmt, p.commits, workdir, uri, on_progress=progress,
-            control_window=p.commits - late_lo + 1,
-        )  # fmt: skip
-        shutil.rmtree(workdir, ignore_errors=True)
-        row: dict[str, Any] = {
-            "format": fmt,
-            "catalog": s.catalog,
-            "commits": len(s.protocol),
-            "early_window": list(p.early_window),
-            "late_window": list(p.late_window),
-        }
-        # the verdict: the aged table's late window against a fresh table's early window,
-        # measured interleaved (same host state); the same table's own early window (run
-        # minutes before) is kept as `same_table`
-        n_young = len(young.protocol) if young is not None else 0
-        young_window = (p.early_window[0], min(p.early_window[1], n_young))
-        for key, vals, yvals in (
-            ("protocol", s.protocol, young.protocol if young else []),
-            ("precommit", s.precommit, young.precommit if young else []),
-            ("commit", s.commit, young.commit if young else []),
-            ("staging_control", s.staging, young.staging if young else []),
-        ):
-            late = stats.window_median(vals, *p.late_window)
-            own_early = stats.window_median(vals, *p.early_window)
-            early = stats.window_median(yvals, *young_window) if yvals else own_early
-            row[key] = {
-                "early_median_s": _round(early, 5),
-                "late_median_s": _round(late, 5),
-                "ratio": _round(stats.growth_ratio(early, late), 3),
-                "same_table": {
-                    "early_median_s": _round(own_early, 5),
-                    "ratio": _round(stats.growth_ratio(own_early, late), 3),
-                },
-            }
-        row["early_from"] = (
-            f"a fresh table's commits {young_window[0]}-{young_window[1]}, interleaved with "
-            f"the late window"
-            if young is not None
-            else "the same table"
-        )
-        control = row["staging_control"]["ratio"] or 1.0
-        row["load_corrected_ratio"] = _round((row["protocol"]["ratio"] or math.inf) / control, 3)
-        row["flat"] = bool(row["protocol"]["ratio"] is not None and row["protocol"]["ratio"] <= 1.5)
-        corrected = row["load_corrected_ratio"]
-        row["flat_load_corrected"] = bool(corrected is not None and corrected <= 1.5)
-        row["after_last_commit"] = s.diagnostics
-        row["per_commit_s"] = [round(x, 5) for x in s.protocol]
-        series_out.append(row)
-        ctx.say(
-            f"  median {row['protocol']['early_median_s']}s (commits "
-            f"{p.early_window[0]}-{p.early_window[1]}) → {row['protocol']['late_median_s']}s "
-            f"({p.late_window[0]}-{p.late_window[1]}): x{row['protocol']['ratio']}"
-        )
-    return {
-        "what": "protocol time per commit (run_batch minus file staging): journal "
-        "REQUESTED/INFLIGHT/COMPLETED, dedupe check, table commit",
-        "limit_ratio": 1.5,
-        "series": series_out,
-    }

@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig
+from pipeline.formats.base import TableRef
+from pipeline.formats.registry import table_format
 
 COORDS = ["_kafka_topic", "_kafka_partition", "_kafka_offset"]
 
@@ -30,52 +32,51 @@ class Count:
     unexpected: int = 0
 
 
-def _iceberg_batches(cfg: PipelineConfig, *, main: bool = True) -> Iterator[pa.RecordBatch]:
-    """Coordinates of the Iceberg main (unless ``main`` is false) and dead-letter tables."""
+def _iceberg_batches(cfg: PipelineConfig, identifier: str) -> Iterator[pa.RecordBatch]:
+    """Coordinates of the pipeline's Iceberg table ``identifier`` (main or dead-letter)."""
     from pipeline.formats.iceberg.sinks import IcebergSinks
 
     sinks = IcebergSinks.from_config(cfg)
-    for committer in (sinks.main if main else None, sinks.dead_letter):
-        table = committer.table() if committer is not None else None
+    for committer in (sinks.main, sinks.dead_letter):
+        if committer is None or committer.sink.name != identifier:
+            continue
+        table = committer.table()
         if table is not None:
             yield from table.scan(selected_fields=tuple(COORDS)).to_arrow_batch_reader()
 
 
-def _hudi_batches(cfg: PipelineConfig, *, dead_letter: bool = True) -> Iterator[pa.RecordBatch]:
-    """Coordinates of the Hudi main table and (``dead_letter``) its dead-letter table."""
+def _hudi_batches(base: str) -> Iterator[pa.RecordBatch]:
+    """Coordinates of the Hudi table at ``base`` (none when it does not exist yet)."""
     from pathlib import Path
 
     from pipeline.tools.demo import _committed_base_files
 
-    hudi = cfg.sink.hudi
-    assert hudi is not None
-    base = hudi.base_path.removeprefix("file://")
-    bases = [base]
-    if dead_letter:
-        bases.append(hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter")
-    for b in bases:
-        path = Path(b.removeprefix("file://"))
-        if not (path / ".hoodie").is_dir():
-            continue
-        try:
-            import hudi as hudi_rs
+    path = Path(base.removeprefix("file://"))
+    if not (path / ".hoodie").is_dir():
+        return
+    try:
+        import hudi as hudi_rs
 
-            batches = hudi_rs.HudiTableBuilder.from_base_uri(str(path)).build().read()
-        except ImportError:
-            batches = _committed_base_files(path)
-        for batch in batches:
-            yield batch.select(COORDS)
+        batches = hudi_rs.HudiTableBuilder.from_base_uri(str(path)).build().read()
+    except ImportError:
+        batches = _committed_base_files(path)
+    for batch in batches:
+        yield batch.select(COORDS)
+
+
+def _batches(cfg: PipelineConfig, ref: TableRef) -> Iterator[pa.RecordBatch]:
+    if ref.kind == "hudi":
+        return _hudi_batches(ref.location)
+    return _iceberg_batches(cfg, ref.location)
 
 
 def _table_sets(cfg: PipelineConfig) -> list[Iterator[pa.RecordBatch]]:
     """One coordinate stream per main table with the dead letters that go with it
-    (``sink.format: both``: the Hudi table shares the Iceberg dead-letter table)."""
-    if cfg.sink.format == "hudi":
-        return [_hudi_batches(cfg)]
-    if cfg.sink.format == "both":
-        hudi = chain(_hudi_batches(cfg, dead_letter=False), _iceberg_batches(cfg, main=False))
-        return [_iceberg_batches(cfg), hudi]
-    return [_iceberg_batches(cfg)]
+    (the ``both`` format: the Hudi table shares the Iceberg dead-letter table)."""
+    return [
+        chain(_batches(cfg, s.main), _batches(cfg, s.dead_letter))
+        for s in table_format(cfg).table_sets(cfg)
+    ]
 
 
 def _count(batches: Iterator[pa.RecordBatch], want: set[tuple[str, int, int]]) -> Count:

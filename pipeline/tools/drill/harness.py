@@ -393,19 +393,9 @@ class Rig:
             cfg = self.cfg.model_copy(
                 update={"commit": self.cfg.commit.model_copy(update={"catalog_retry_seconds": 0})}
             )
-            if cfg.sink.format == "both":
-                from pipeline.commit.faults import FaultPoints
-                from pipeline.formats.both import DualSinks
+            from pipeline.formats.registry import open_tables
 
-                self._sinks = DualSinks.from_config(cfg, FaultPoints())
-            elif cfg.sink.format == "hudi":
-                from pipeline.formats.hudi.sinks import HudiSinks
-
-                self._sinks = HudiSinks.from_config(cfg)
-            else:
-                from pipeline.formats.iceberg.sinks import IcebergSinks
-
-                self._sinks = IcebergSinks.from_config(cfg)
+            self._sinks = open_tables(cfg)
         return self._sinks
 
     def committed_offsets(self, fresh: bool = False) -> dict[TopicPartition, int]:
@@ -550,7 +540,7 @@ TOTALS = ("expected", "present", "missing", "duplicated", "mismatched", "unexpec
 
 def independent_verifier_totals(cfg: PipelineConfig) -> dict[str, Any]:
     """Totals of ``verify_pipeline`` over the pipeline's table(s), plus ``ok`` and the
-    records each table recorded as lost (both tables of ``sink.format: both`` record the
+    records each table recorded as lost (both tables of the ``both`` format record the
     same loss)."""
     from pipeline.tools.verify import verify_pipeline
 

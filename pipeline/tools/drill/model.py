@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-TableFormat = Literal["iceberg", "hudi", "both"]  # both: sink.format both (dual tables)
+TableFormat = Literal["iceberg", "hudi", "both"]  # both: the both table format (dual tables)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 unless ``--format`` says otherwise).
 ``full`` matrix: every scenario on Iceberg and on Hudi (the SIGKILL drill with ``kills``
 kills each, ≥ 20 for acceptance), except the catalog outage, which needs a catalog
-(Iceberg only); then the SIGKILL drill on ``sink.format: both`` (one instant, two tables,
+(Iceberg only); then the SIGKILL drill on the ``both`` format (one instant, two tables,
 one more fault point between their commits). A drill that cannot run here is reported as skipped
 with its reason; a drill that throws is reported FAILED with the error.
 """

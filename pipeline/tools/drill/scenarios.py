@@ -30,7 +30,7 @@ KILL_POINTS = (
     "after-commit",
     "after-commit-before-checkpoint",
 )
-# sink.format both: the Iceberg table committed, the Hudi table not yet (rolled forward)
+# the both table format: the Iceberg table committed, the Hudi table not yet (rolled forward)
 DUAL_KILL_POINTS = (*KILL_POINTS[:-2], "between-table-commits", *KILL_POINTS[-2:])
 # Driver start-up is 15-25 s on an idle 2-core machine and several minutes when other Spark
 # jobs share it: generous limits, so a slow machine is not reported as a broken pipeline.

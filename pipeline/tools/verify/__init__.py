@@ -28,6 +28,8 @@ import pyarrow.compute as pc
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError, PipelineError
+from pipeline.formats import registry
+from pipeline.formats.base import TableSet
 from pipeline.tools.verify.engine import TableCheck
 from pipeline.tools.verify.kafka import KafkaWindowReader, verifier_consumer_config
 from pipeline.tools.verify.model import PartitionVerdict, RangeIssue, VerifyReport
@@ -54,18 +56,23 @@ class TableMissingError(PipelineError):
     code = "verify"
 
 
-def _formats(cfg: PipelineConfig, table_format: str | None) -> list[TableFormat]:
-    chosen = table_format or cfg.sink.format
-    if chosen == "both":
-        return ["iceberg", "hudi"]
-    if chosen == "iceberg":
-        return ["iceberg"]
-    if chosen == "hudi":
-        return ["hudi"]
-    raise ConfigError(f"--format {chosen!r}: allowed: iceberg, hudi")
+def _table_sets(cfg: PipelineConfig, table_format: str | None) -> list[TableSet]:
+    """The pipeline's table sets; ``table_format``: only those of that format (``iceberg``
+    or ``hudi``: its main table), also when the pipeline's own format is another one."""
+    own = registry.table_format(cfg)
+    if table_format is None or table_format == own.name:
+        return own.table_sets(cfg)
+    if table_format not in registry.FORMAT_NAMES:
+        raise ConfigError(f"--format {table_format!r}: allowed: iceberg, hudi")
+    chosen = [s for s in own.table_sets(cfg) if s.main.kind == table_format]
+    return chosen or registry.format_named(table_format).table_sets(cfg)
 
 
-def _iceberg_tables(cfg: PipelineConfig) -> tuple[IcebergSource, IcebergSource | None]:
+def _iceberg_tables(
+    cfg: PipelineConfig, main_id: str | None, dead_id: str
+) -> tuple[IcebergSource | None, IcebergSource | None]:
+    """The main (``main_id``, TableMissingError when missing; None: not loaded) and the
+    dead-letter Iceberg tables."""
     from pyiceberg.catalog import load_catalog
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -85,10 +92,12 @@ def _iceberg_tables(cfg: PipelineConfig) -> tuple[IcebergSource, IcebergSource |
                 f"cannot load Iceberg table {identifier}: {type(e).__name__}: {e}"
             ) from e
 
-    main = load(cfg.sink.table)
-    if main is None:
-        raise TableMissingError(f"Iceberg table {cfg.sink.table} does not exist")
-    return main, load(cfg.sink.dead_letter_identifier)
+    main = None
+    if main_id is not None:
+        main = load(main_id)
+        if main is None:
+            raise TableMissingError(f"Iceberg table {main_id} does not exist")
+    return main, load(dead_id)
 
 
 def _local(uri: str) -> str:
@@ -111,25 +120,25 @@ def _hudi_table(base: str) -> HudiSource | None:
 
 
 def _sources(
-    cfg: PipelineConfig, fmt: TableFormat
+    cfg: PipelineConfig, tables: TableSet
 ) -> tuple[str, TableSource, TableSource | None, str | None]:
     """(report name, main table, dead-letter table, dead-letter name)."""
-    if fmt == "iceberg":
-        main_i, dead_i = _iceberg_tables(cfg)
-        return cfg.sink.table, main_i, dead_i, cfg.sink.dead_letter_identifier
-    if cfg.sink.hudi is None:
-        raise ConfigError("sink.hudi.basePath is required to verify a Hudi table")
-    base = _local(cfg.sink.hudi.base_path)
+    main, dead = tables.main, tables.dead_letter
+    if main.kind == "iceberg":
+        main_i, dead_i = _iceberg_tables(cfg, main.location, dead.location)
+        assert main_i is not None  # a missing main table raised TableMissingError
+        return main.location, main_i, dead_i, dead.location
+    base = _local(main.location)
     main_h = _hudi_table(base)
     if main_h is None:
         raise TableMissingError(f"Hudi table {base} does not exist (no .hoodie directory)")
-    if cfg.sink.format == "both":  # dead letters live in the Iceberg dead-letter table
+    if dead.kind == "iceberg":  # the both format: dead letters in the Iceberg table
         try:
-            _, dead_i = _iceberg_tables(cfg)
+            _, dead_i = _iceberg_tables(cfg, None, dead.location)
         except TableMissingError:
             dead_i = None
-        return base, main_h, dead_i, cfg.sink.dead_letter_identifier
-    dl_base = _local(cfg.sink.hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter")
+        return base, main_h, dead_i, dead.location
+    dl_base = _local(dead.location)
     return base, main_h, _hudi_table(dl_base), dl_base
 
 
@@ -141,7 +150,7 @@ def verify_pipeline(
     window: int = 100_000,
     on_progress: Callable[[str, int], None] | None = None,
 ) -> list[VerifyReport]:
-    """One report per verified table (two for ``sink.format: both``).
+    """One report per verified table (two for the ``both`` format).
 
     ``window``: offsets per partition held in memory at a time. ``on_progress(label,
     offsets_checked)`` is called after every window (offsets counted per table).
@@ -149,15 +158,15 @@ def verify_pipeline(
     broker unreachable)."""
     if window < 1:
         raise ConfigError("--window must be at least 1")
-    formats = _formats(cfg, table_format)
+    table_sets = _table_sets(cfg, table_format)
     src = cfg.source
     conf = verifier_consumer_config(src.bootstrap_servers, src.kafka, src.isolation_level)
     reports: list[VerifyReport] = []
     with KafkaWindowReader(conf, stall_timeout_s=float(src.broker_retry_seconds)) as kafka:
-        for fmt in formats:
-            name, main, dead, dead_name = _sources(cfg, fmt)
+        for tables in table_sets:
+            name, main, dead, dead_name = _sources(cfg, tables)
             report = VerifyReport(
-                table_format=fmt,
+                table_format=tables.main.kind,
                 table=name,
                 dead_letter_table=dead_name if dead is not None else None,
                 payload_checked=payload,
@@ -187,8 +196,7 @@ def recorded_data_loss(
     partition, across its whole history (expired snapshots / trimmed instants included)."""
     from pipeline.tools.verify.ranges import CommitRanges, plan_partitions
 
-    fmt = _formats(cfg, table_format)[0]
-    _, main, _, _ = _sources(cfg, fmt)
+    _, main, _, _ = _sources(cfg, _table_sets(cfg, table_format)[0])
     commits = [c for cid, meta in main.commits() if (c := CommitRanges.from_metadata(cid, meta))]
     return {tp: plan.lost for tp, plan in plan_partitions(commits).items() if plan.lost}
 

@@ -111,7 +111,7 @@ class TableCheck:
         self.window = max(1, int(window))
         self.on_progress = on_progress
         self.checked = 0
-        self.raw = cfg.decode.format == "raw"
+        self.raw = cfg.decode.raw
         self.decoder = ValueDecoder(cfg.decode) if payload and not self.raw else None
         self.main_cols = self._columns(main, self._main_payload_cols())
         self.dead_cols = (

@@ -3,7 +3,9 @@
 Thin wrapper over :mod:`pipeline.tools.pgcluster`; never touches the shared server on
 5432. Import the fixture into a test module::
 
-    from pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
+    from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
+
+:func:`postgres_uri` is the shared server on 5432 (trust auth), when one answers.
 """
 
 from __future__ import annotations
@@ -12,7 +14,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.tools.pgcluster import PgCluster, PgClusterUnavailable, available
+from pipeline.tools.pgcluster import (
+    PgCluster,
+    PgClusterUnavailable,
+    available,
+    shared_server_uri,
+)
+
+
+def postgres_uri() -> str | None:
+    """A reachable PostgreSQL catalog URI (trust auth on 127.0.0.1:5432), else None."""
+    return shared_server_uri()
 
 
 @pytest.fixture(name="pg_cluster")

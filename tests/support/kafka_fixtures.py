@@ -63,6 +63,12 @@ class KafkaTestBroker:
                 raise
         _wait_for_leaders(admin, topic, partitions)
 
+    def new_topic(self, prefix: str, partitions: int) -> str:
+        """A topic of ``partitions`` named from ``prefix`` that no other test uses, created."""
+        topic = unique_topic(prefix)
+        self.create_topic(topic, partitions)
+        return topic
+
     @property
     def supports_transactions_isolation(self) -> bool:
         """False on the embedded broker: its read_committed consumers still see aborted

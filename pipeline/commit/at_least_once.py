@@ -1,0 +1,104 @@
+"""The at-least-once baseline (``commit.mode: at-least-once``; benchmark baseline).
+
+Operators, per batch: write (workers stage files), then commit -- dead letters, then one
+main-table commit carrying the checkpoint. No journal, no writer epoch (no fencing), no
+dedupe, no recovery: a batch Spark replays after a crash is appended again, and a
+checkpoint restarted from earlier offsets appends duplicates (nothing self-corrects).
+
+Invariants it still keeps
+  * Each commit carries the consumption checkpoint, so cumulative committed offsets are
+    readable from the table and never move backwards.
+  * Its outcomes count as committed batches (``Outcome.COMMITTED``) for observers.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.faults import FaultPoints
+from pipeline.commit.offsets import PartitionOffsets
+from pipeline.commit.ranges import consumed_ranges
+from pipeline.commit.types import BatchOutcome, DataLossFn, Outcome, TableCommitter, WriteFn
+from pipeline.errors import CommitError
+
+
+class AtLeastOnceCoordinator:
+    """Commits Spark batches as plain appends into a main and a dead-letter table."""
+
+    def __init__(
+        self,
+        pipeline_id: str,
+        main: TableCommitter,
+        dead_letter: TableCommitter | None = None,
+        *,
+        on_overlap: str = "drop",
+        faults: FaultPoints | None = None,
+        data_loss: DataLossFn | None = None,
+    ) -> None:
+        self.pipeline_id = pipeline_id
+        self.main = main
+        self.dead_letter = dead_letter
+        self.epoch = 0  # checkpoints carry epoch 0: no writer epoch in this mode
+        self.on_overlap = on_overlap  # not applied: nothing is deduplicated
+        self.faults = faults or FaultPoints("")
+        self.data_loss = data_loss  # not recorded in this mode
+
+    @property
+    def exactly_once(self) -> bool:
+        return False
+
+    def acquire_epoch(self, owner: str = "") -> int:
+        raise CommitError(
+            f"pipeline {self.pipeline_id!r}: at-least-once mode has no writer epoch to acquire"
+        )
+
+    def check_epoch(self) -> None:
+        """Nothing to check: no journal, no fencing."""
+
+    def run_batch(
+        self,
+        incarnation: str,
+        batch_id: int,
+        start: PartitionOffsets | None,
+        end: PartitionOffsets,
+        write: WriteFn,
+    ) -> BatchOutcome:
+        """No journal, no fencing, no dedupe: plain appends."""
+        t1 = time.monotonic()
+        staged = write(f"alo-{incarnation[:8]}-{batch_id}", PartitionOffsets())
+        t2 = time.monotonic()
+        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        ranges = consumed_ranges(start, end, staged.stats, previous)
+        committed = previous.updated(dict(end))
+        checkpoint = CommitCheckpoint(
+            pipeline_id=self.pipeline_id,
+            incarnation=incarnation,
+            batch_id=batch_id,
+            epoch=0,
+            ranges=ranges,
+            committed_offsets=committed,
+            records=staged.records - staged.dead_letter_records,
+            dead_letter_records=staged.dead_letter_records,
+            batch_end=end,
+        )
+        dead_files = dead_bytes = 0
+        if staged.dead_letter_files and self.dead_letter is not None:
+            dead_bytes = sum(self.dead_letter.describe(d)[1] for d in staged.dead_letter_files)
+            dead_files = len(staged.dead_letter_files)
+            self.dead_letter.commit(staged.dead_letter_files, checkpoint)
+        main_bytes = sum(self.main.describe(d)[1] for d in staged.data_files)
+        self.main.commit(staged.data_files, checkpoint)
+        return BatchOutcome(
+            batch_id,
+            Outcome.COMMITTED,
+            records=checkpoint.records,
+            dead_letter_records=staged.dead_letter_records,
+            files=len(staged.data_files) + len(staged.dead_letter_files),
+            ranges=ranges,
+            committed=committed,
+            timings={"write": t2 - t1, "commit": time.monotonic() - t2},
+            bytes=main_bytes,
+            dead_letter_files=dead_files,
+            dead_letter_bytes=dead_bytes,
+        )

@@ -1,0 +1,159 @@
+"""What the batch coordinators exchange with the workers, the table formats and observers.
+
+Spark-free and format-free: the Spark adapter produces :class:`StagedBatch`es (the
+workers' answer), the format adapters implement :class:`TableCommitter`, and observers
+(metrics, logs, the demo) consume :class:`BatchOutcome` -- which carries everything they
+need, so no observer re-reads a table.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+
+# the two tables of a pipeline, as named in the journal's staged-file lists
+MAIN, DEAD_LETTER = "main", "dead_letter"
+
+
+class Outcome(enum.StrEnum):
+    """What happened to one Spark batch (a ``str``: compares and logs as its value)."""
+
+    COMMITTED = "committed"  # written and committed now
+    REPLAY_SKIPPED = "replay_skipped"  # (incarnation, batch id) already committed
+    RECOMMITTED = "recommitted"  # an intact precommitted instant committed by recovery
+    OVERLAP_SKIPPED = "overlap_skipped"  # nothing new: every offset already committed
+    AT_LEAST_ONCE = "at_least_once"  # a plain append without journal (observers' label)
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """What the workers saw for one partition: offsets, records written, overlap dropped."""
+
+    topic: str
+    partition: int
+    min_offset: int
+    max_offset: int
+    records: int
+    dropped: int = 0
+
+
+@dataclass
+class StagedBatch:
+    """Workers' answer: staged (invisible) files and what they cover."""
+
+    data_files: list[bytes] = field(default_factory=list)
+    dead_letter_files: list[bytes] = field(default_factory=list)
+    stats: list[PartitionStats] = field(default_factory=list)
+    dead_letter_records: int = 0
+
+    @property
+    def records(self) -> int:
+        """Records written (main + dead letters), overlap excluded."""
+        return sum(s.records for s in self.stats)
+
+    @property
+    def dropped(self) -> int:
+        return sum(s.dropped for s in self.stats)
+
+
+class TableCommitter(Protocol):
+    """What the coordinator needs from a table-format adapter."""
+
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        """Whether (pipeline, incarnation, batch) is committed -- with the same planned end
+        offsets when given: a checkpoint restored from a backup reuses batch ids for other
+        ranges, and such a batch must not be mistaken for the committed one."""
+        ...
+
+    def any_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        """Whether some table behind this committer holds the batch: the same as
+        ``is_committed`` for one table; for several (both formats) true as soon as one
+        committed it, so a partly committed instant is finished, never rolled back."""
+        ...
+
+    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None: ...
+
+    def latest_epoch(self, pipeline_id: str) -> int | None: ...
+
+    def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
+        """Append ``files`` atomically with ``checkpoint``; idempotent per batch; raises
+        ``FencedError`` when a newer epoch of the pipeline committed."""
+        ...
+
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
+        """Make commits of older epochs fail; ``create``: also when the table is missing
+        (create it empty with the fence)."""
+        ...
+
+    def describe(self, descriptor: bytes) -> tuple[str, int, int]:
+        """(path, size in bytes, records) of a staged file descriptor."""
+        ...
+
+    def file_size(self, path: str) -> int | None: ...
+
+    def delete_files(self, paths: Iterable[str]) -> list[str]: ...
+
+    def begin(self, instant: str) -> None:
+        """The instant is REQUESTED in the journal and workers are about to stage files
+        named with it (Hudi: write the table's own requested/inflight instant files)."""
+        ...
+
+    def abort(self, instant: str) -> None:
+        """Roll back the format's own state of ``instant``, after its files were deleted."""
+        ...
+
+    def orphan_files(self, write_id: str) -> list[str]:
+        """Files staged under ``write_id`` (the instant time) that may not be listed
+        anywhere (a crash before the precommit)."""
+        ...
+
+
+@dataclass
+class BatchOutcome:
+    """One batch, as observers see it. The size fields are set for batches that commit
+    (committed, recommitted, at-least-once appends); zero/empty/None otherwise."""
+
+    batch_id: int
+    outcome: Outcome
+    instant: str | None = None
+    records: int = 0
+    dead_letter_records: int = 0
+    overlap_dropped: int = 0
+    files: int = 0  # main + dead-letter files committed
+    ranges: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    committed: PartitionOffsets = field(default_factory=PartitionOffsets)
+    timings: dict[str, float] = field(default_factory=dict)
+    recovered: list[tuple[str, str]] = field(default_factory=list)  # (instant, action)
+    bytes: int = 0  # main-table data-file bytes committed by this batch
+    dead_letter_files: int = 0
+    dead_letter_bytes: int = 0
+    data_loss: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    epoch: int | None = None  # the writer epoch the commit carried (None: no epoch)
+
+
+# write(write_id, drop_below) -> staged files; drop_below: offsets under it are dropped
+WriteFn = Callable[[str, PartitionOffsets], StagedBatch]
+
+# data_loss(staged, ranges) -> the ranges of the batch recorded as lost (Kafka no longer
+# had them)
+DataLossFn = Callable[
+    [StagedBatch, dict[TopicPartition, tuple[int, int]]],
+    dict[TopicPartition, tuple[int, int]],
+]

@@ -1,0 +1,132 @@
+"""What a table format provides: the :class:`TableFormat` protocol.
+
+A format (Iceberg, Hudi, or ``both`` = one instant committed to an Iceberg and a Hudi
+table) is picked by :mod:`pipeline.formats.registry`, the only place that looks at the
+configured format name. Everything a caller needs to know about a format goes through
+this protocol:
+
+* :meth:`TableFormat.open_tables` -- the pipeline's tables for the driver
+  (:class:`PipelineTables`: main and dead-letter committers, the decoded columns' Spark
+  DDL, the instant timeline, the workers' task plan);
+* :meth:`TableFormat.writable_paths` -- the local directories preflight checks;
+* :meth:`TableFormat.table_sets` -- where each main table and its dead letters are, for
+  readers that work without the writer's code (``ingest verify``, drills, benchmarks);
+* :meth:`TableFormat.status` -- what ``ingest status`` shows per table, as plain data
+  (:class:`TableStatus`) the status tool renders;
+* :meth:`TableFormat.local_sink` -- the sink settings a throw-away local pipeline needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pipeline.commit.offsets import TopicPartition
+from pipeline.config import PipelineConfig
+from pipeline.spark.writer import TaskPlan
+
+__all__ = [
+    "LastBatch",
+    "PipelineTables",
+    "TableFormat",
+    "TableKind",
+    "TableRef",
+    "TableSet",
+    "TableStatus",
+]
+
+#: How a table is read: through pyiceberg (a catalog identifier) or hudi-rs (a base path).
+TableKind = Literal["iceberg", "hudi"]
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """One table as a reader finds it: an Iceberg identifier in ``sink.catalog``, or a
+    Hudi base path (as configured: a local path or ``file://`` URI)."""
+
+    kind: TableKind
+    location: str
+
+
+@dataclass(frozen=True)
+class TableSet:
+    """A main table and the dead-letter table holding the records it did not take
+    (``both``: the Hudi main table shares the Iceberg dead-letter table)."""
+
+    main: TableRef
+    dead_letter: TableRef
+
+
+@dataclass(frozen=True)
+class LastBatch:
+    """The last batch of a pipeline committed to a table."""
+
+    pipeline_id: str
+    batch_id: int
+    incarnation: str
+    epoch: int
+    instant: str | None  # shown when the table names its commits by instant (Hudi)
+    committed_at: float | None  # seconds since the epoch
+    committed_offsets: Mapping[TopicPartition, int]
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """What ``ingest status`` shows for one table (``pipeline.tools.status`` renders it)."""
+
+    table: str  # e.g. "table db.events", "Hudi table db.events"
+    location: str  # "" when unknown (a table not created yet)
+    exists: bool
+    commits: str = ""  # e.g. "3 snapshots", "4 completed commits, 0 pending instant files"
+    history: str = "history"  # where the table records its commits: history, timeline
+    last_batch: LastBatch | None = None
+
+
+class PipelineTables(Protocol):
+    """A pipeline's opened tables (``IcebergSinks``, ``HudiSinks``, ``DualSinks``)."""
+
+    @property
+    def main(self) -> Any: ...  # a TableCommitter
+
+    @property
+    def dead_letter(self) -> Any | None: ...
+
+    @property
+    def data_ddl(self) -> str: ...  # Spark DDL of the decoded (non-Kafka) columns
+
+    def timeline(self, pipeline_id: str) -> Any: ...  # the instant journal
+
+    def task_plan(
+        self,
+        write_uuid: str,
+        drop_below: Mapping[TopicPartition, int] | None = None,
+        faults: str | None = None,
+    ) -> TaskPlan: ...
+
+
+class TableFormat(Protocol):
+    """A table format: one of the values the sink configuration's ``format`` takes."""
+
+    name: str
+
+    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> PipelineTables: ...
+
+    def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
+        """``(config key, location)`` of every directory the run writes tables to."""
+        ...
+
+    def table_sets(self, cfg: PipelineConfig) -> list[TableSet]:
+        """One :class:`TableSet` per main table."""
+        ...
+
+    def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
+        """Per main table of ``tables`` (from :meth:`open_tables`): what ``ingest status``
+        shows."""
+        ...
+
+    def local_sink(self, workdir: Path) -> dict[str, Any]:
+        """``sink`` settings besides the format and the Iceberg catalog that a fresh
+        pipeline writing under ``workdir`` needs (camelCase, as in the YAML)."""
+        ...

@@ -1,0 +1,481 @@
+"""Driver side: :class:`HudiCommitter`, the coordinator's ``TableCommitter`` for a Hudi
+copy-on-write table (:class:`~pipeline.formats.hudi.table.HudiTable`).
+
+Commit of instant ``T`` (under the table lock; see :mod:`pipeline.formats.hudi.layout`):
+
+1. the table is loaded and checked (version 6, layout 1, COW, no metadata table, the
+   configured key and partition fields);
+2. the batch is looked up in the completed commits, newest first: already there -> done
+   (idempotent per (pipeline, incarnation, batch id, planned end offsets));
+3. the writer epoch is checked: a fence record or a commit of this pipeline at a higher
+   epoch -> ``FencedError``;
+4. every listed file must exist with its staged size;
+5. stray files of ``T`` (task-retry debris: same instant, same pipeline tag, not listed)
+   are deleted -- Hudi readers list files and WOULD read them;
+6. ``T.commit.requested`` and ``T.inflight`` are written if missing, then ``T.commit``
+   (JSON metadata: write stats per file, ``extraMetadata.schema`` and the consumption
+   checkpoint) appears atomically: the commit point. A missing table is created by the
+   same step: its ``.hoodie`` is renamed into place together with this first commit.
+
+Rollback (coordinator ``_roll_back``): the coordinator deletes the instant's files first
+(listed and ``orphan_files``), then :meth:`HudiCommitter.abort` deletes ``T.inflight``,
+then ``T.commit.requested``, then the markers -- in that order, because a data file whose
+instant files are gone is visible again when it is older than the first commit. No
+``.rollback`` instant is written (Avro-only in Hudi; readers never consult it); the
+journal's ROLLED_BACK entry lists the deleted files.
+
+Fencing: :meth:`HudiCommitter.fence` writes ``.ingest/fence/<pipeline>`` (the epoch) under
+the lock; commits read it under the same lock, so a zombie's commit either completed
+before the fence (and the new owner's recovery sees it) or is refused after it. The fence
+record lives in the staging directory while the table does not exist, so fencing never
+creates an empty table (``create=True`` is not needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint
+from pipeline.commit.history import carry_forward, forgettable
+from pipeline.commit.instant import next_instant_time
+from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.errors import CommitError, FencedError
+from pipeline.formats.hudi.layout import (
+    BASE_FILE,
+    TablePaths,
+    commit_name,
+    file_tag,
+    parse_write_id,
+    remove,
+    requested_name,
+)
+from pipeline.formats.hudi.schema import HudiTableSpec
+from pipeline.formats.hudi.table import _MAX_SCAN, SCHEMA_KEY, HudiTable
+from pipeline.formats.hudi.writer import HudiWriteContext, describe
+from pipeline.storage.atomic import write_file
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HudiCommitter", "commit_metadata_json"]
+
+
+def _write_stat(d: Mapping[str, Any]) -> dict[str, Any]:
+    size, n = int(d["size"]), int(d["records"])
+    return {
+        "fileId": d["fileId"],
+        "path": d["path"],
+        "cdcStats": None,
+        "prevCommit": "null",
+        "numWrites": n,
+        "numDeletes": 0,
+        "numUpdateWrites": 0,
+        "numInserts": n,
+        "totalWriteBytes": size,
+        "totalWriteErrors": 0,
+        "tempPath": None,
+        "partitionPath": d["partitionPath"],
+        "totalLogRecords": 0,
+        "totalLogFilesCompacted": 0,
+        "totalLogSizeCompacted": 0,
+        "totalUpdatedRecordsCompacted": 0,
+        "totalLogBlocks": 0,
+        "totalCorruptLogBlock": 0,
+        "totalRollbackBlocks": 0,
+        "fileSizeInBytes": size,
+        "minEventTime": None,
+        "maxEventTime": None,
+        "runtimeStats": None,
+    }
+
+
+def commit_metadata_json(
+    files: Sequence[Mapping[str, Any]], schema: str, extra: Mapping[str, str]
+) -> bytes:
+    stats: dict[str, list[dict[str, Any]]] = {}
+    for d in files:
+        stats.setdefault(str(d["partitionPath"]), []).append(_write_stat(d))
+    doc = {
+        "partitionToWriteStats": stats,
+        "compacted": False,
+        "extraMetadata": {SCHEMA_KEY: schema, **extra},
+        "operationType": "INSERT",
+    }
+    return json.dumps(doc, indent=2).encode()
+
+
+class HudiCommitter:
+    """A Hudi table as the coordinator's commit target (``TableCommitter`` protocol)."""
+
+    def __init__(self, table: HudiTable, max_commits: int = 30, trim_every: int = 10) -> None:
+        self.hudi = table
+        self.max_commits = max(2, max_commits)
+        self.trim_every = max(1, trim_every)
+        # Tables this one's commits follow (the dead-letter table of the same batches):
+        # when T commits here, their pending T that staged nothing is discarded.
+        self.followers: list[HudiCommitter] = []
+
+    @property
+    def spec(self) -> HudiTableSpec:
+        return self.hudi.spec
+
+    # -- the table's checkpoints ---------------------------------------------------------
+
+    def _checkpoints(self, pipeline_id: str) -> Iterator[tuple[str, CommitCheckpoint]]:
+        """This pipeline's checkpoints in completed commits, newest first."""
+        for i, ts in enumerate(self.hudi.completed_commits()):
+            if i >= _MAX_SCAN:
+                return
+            try:
+                extra = self.hudi.extra_metadata(ts)
+            except FileNotFoundError:
+                continue
+            if extra.get(PIPELINE_ID_KEY) != pipeline_id:
+                continue
+            cp = CommitCheckpoint.from_summary(extra)
+            if cp is not None:
+                yield ts, cp
+
+    def latest_checkpoint(self, pipeline_id: str) -> CommitCheckpoint | None:
+        return next((cp for _, cp in self._checkpoints(pipeline_id)), None)
+
+    def _find_batch(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: Mapping[TopicPartition, int] | None,
+    ) -> str | None:
+        for ts, cp in self._checkpoints(pipeline_id):
+            if cp.incarnation != incarnation:
+                continue
+            if cp.batch_id == batch_id:
+                if batch_end is not None and cp.batch_end is not None:
+                    mine = {(t, p): o for (t, p), o in batch_end.items()}
+                    if {(t, p): o for (t, p), o in cp.batch_end.items()} != mine:
+                        continue  # same id, other range: a restored older checkpoint
+                return ts
+            if cp.batch_id < batch_id:
+                return None  # batches of one incarnation commit in order
+        return None
+
+    def is_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
+
+    def any_committed(
+        self,
+        pipeline_id: str,
+        incarnation: str,
+        batch_id: int,
+        batch_end: PartitionOffsets | None = None,
+    ) -> bool:
+        """One table: the same as :meth:`is_committed`."""
+        return self.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+
+    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
+        cp = self.latest_checkpoint(pipeline_id)
+        if cp is None:
+            return None
+        return PartitionOffsets(
+            {TopicPartition(t, p): off for (t, p), off in cp.committed_offsets.items()}
+        )
+
+    def last_commit_time(self, pipeline_id: str) -> float | None:
+        """Unix time of this pipeline's newest commit (the ``.commit`` file's mtime)."""
+        for ts, _ in self._checkpoints(pipeline_id):
+            with contextlib.suppress(FileNotFoundError):
+                return os.path.getmtime(os.path.join(self.hudi.paths.meta, commit_name(ts)))
+        return None
+
+    def table(self) -> None:
+        """No pyiceberg ``Table`` here: Iceberg-only callers (snapshot summaries in
+        ``ops.metrics``) get None and skip."""
+        return None
+
+    # -- fencing -------------------------------------------------------------------------
+
+    def _fence_path(self, meta: str, pipeline_id: str) -> str:
+        return TablePaths.own(meta, "fence", pipeline_id)
+
+    def _fence_epoch(self, meta: str, pipeline_id: str) -> int:
+        path = self._fence_path(meta, pipeline_id)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return 0
+        try:
+            return int(decode_entry(path, data)["epoch"])
+        except (CorruptEntry, KeyError, TypeError, ValueError) as e:
+            raise CommitError(f"fence record {path} is unreadable: {e}") from None
+
+    def _read_fence(self, pipeline_id: str) -> int:
+        """The fence epoch without the lock (the record is replaced atomically)."""
+        for _ in range(5):
+            meta = self.hudi.paths.current_meta()
+            try:
+                return self._fence_epoch(meta, pipeline_id)
+            except CommitError:
+                if self.hudi.paths.current_meta() == meta:
+                    raise
+        return self._fence_epoch(self.hudi.paths.current_meta(), pipeline_id)
+
+    def latest_epoch(self, pipeline_id: str) -> int | None:
+        cp = self.latest_checkpoint(pipeline_id)
+        known = max(self._read_fence(pipeline_id), cp.epoch if cp is not None else 0)
+        return known or None
+
+    def _owner_epoch(self, meta: str, pipeline_id: str) -> int:
+        cp = self.latest_checkpoint(pipeline_id) if self.hudi.exists() else None
+        return max(self._fence_epoch(meta, pipeline_id), cp.epoch if cp is not None else 0)
+
+    def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
+        """Record ``epoch`` as the lowest one allowed to commit for ``pipeline_id``.
+
+        ``create`` is accepted for the protocol and not needed: the record is written
+        under the commit lock also while the table does not exist (in the staging
+        directory), so a zombie's table-creating commit is refused without creating an
+        empty table first.
+        """
+        del create
+        with self.hudi.locked() as meta:
+            current = self._owner_epoch(meta, pipeline_id)
+            if current > epoch:
+                raise FencedError(
+                    f"cannot fence Hudi table {self.hudi.base} at epoch {epoch}: pipeline "
+                    f"{pipeline_id!r} is already at epoch {current}"
+                )
+            if current == epoch:
+                return
+            write_file(
+                self._fence_path(meta, pipeline_id),
+                encode_entry({"epoch": epoch, "pipeline_id": pipeline_id, "at": time.time()}),
+                tmp_dir=self.hudi.tmp_dir(meta),
+                exclusive=False,
+            )
+        log.info("fenced Hudi table %s for %s at epoch %d", self.hudi.base, pipeline_id, epoch)
+
+    # -- staged files --------------------------------------------------------------------
+
+    def describe(self, descriptor: bytes) -> tuple[str, int, int]:
+        d = describe(descriptor)
+        return os.path.join(self.hudi.base, d["path"]), int(d["size"]), int(d["records"])
+
+    def owns(self, path: str) -> bool:
+        """``path`` (a local path or ``file://`` URI) lies inside this table."""
+        base = str(self.hudi.base).rstrip("/")
+        return path.removeprefix("file://").startswith(base + "/")
+
+    def file_size(self, path: str) -> int | None:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return None
+
+    def _completed(self, ts: str) -> bool:
+        if os.path.exists(os.path.join(self.hudi.paths.meta, commit_name(ts))):
+            return True
+        trimmed = self.hudi.trimmed_through()
+        return trimmed is not None and ts <= trimmed  # trimmed off the timeline, committed
+
+    def delete_files(self, paths: Iterable[str]) -> list[str]:
+        deleted = []
+        for path in paths:
+            m = BASE_FILE.match(os.path.basename(path))
+            if m is not None and self._completed(m.group("instant")):
+                log.error(
+                    "not deleting %s: instant %s is a completed commit of %s",
+                    path,
+                    m.group("instant"),
+                    self.hudi.base,
+                )
+                continue
+            if remove(path):
+                deleted.append(path)
+        return deleted
+
+    def orphan_files(self, write_id: str) -> list[str]:
+        """Base files of instant ``write_id`` (``<ts>[-<tag>]``) anywhere in the table."""
+        try:
+            ts, tag = parse_write_id(write_id)
+        except ValueError:
+            return []
+        out = []
+        for rel_dir, name in self.hudi.data_files():
+            m = BASE_FILE.match(name)
+            assert m is not None
+            if m.group("instant") == ts and (not tag or file_tag(m.group("token")) == tag):
+                out.append(os.path.join(self.hudi.base, rel_dir, name))
+        return out
+
+    # -- the instant's own state -----------------------------------------------------------
+
+    def begin(self, instant: str) -> None:
+        """``T.commit.requested`` and ``T.inflight`` before any worker stages a file of T,
+        so Hudi readers never see staged files (no-op while the table does not exist)."""
+        with self.hudi.locked() as meta:
+            if not self.hudi.exists():
+                return
+            self.hudi.check()
+            for ts in self.hudi.pending_times():
+                if ts < instant and not self.hudi.has_markers(ts):
+                    # an earlier instant that staged nothing here (its batch had no rows
+                    # for this table, or a crash came before the follower's release)
+                    self.hudi.discard_pending(meta, ts)
+            if os.path.exists(os.path.join(meta, commit_name(instant))):
+                raise CommitError(f"Hudi table {self.hudi.base}: instant {instant} exists")
+            if not os.path.exists(os.path.join(meta, requested_name(instant))):
+                latest = self.hudi.latest_instant_time()
+                if latest is not None and latest >= instant:
+                    raise CommitError(
+                        f"Hudi table {self.hudi.base}: instant {instant} is not above the "
+                        f"timeline's latest instant {latest}"
+                    )
+            self.hudi.write_pending(meta, instant)
+
+    def abort(self, instant: str) -> None:
+        """After the coordinator deleted the instant's files: ``.inflight``, then
+        ``.commit.requested``, then the markers (never those of a completed commit)."""
+        with self.hudi.locked() as meta:
+            if not self.hudi.exists():
+                for name in os.listdir(meta):  # debris of a failed first commit
+                    if name.startswith(f"{instant}."):
+                        remove(os.path.join(meta, name))
+                return
+            if self._completed(instant):
+                log.warning("instant %s is a completed commit: not aborted", instant)
+                return
+            self.hudi.discard_pending(meta, instant)
+
+    def release(self, instant: str) -> None:
+        """The batch of ``instant`` committed elsewhere (the main table) and staged
+        nothing here: drop this table's pending ``instant`` (begun for nothing)."""
+        with self.hudi.locked() as meta:
+            if (
+                self.hudi.exists()
+                and not self._completed(instant)
+                and not self.hudi.has_markers(instant)
+            ):
+                self.hudi.discard_pending(meta, instant)
+
+    # -- commit --------------------------------------------------------------------------
+
+    def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
+        """One Hudi commit of ``files`` carrying ``checkpoint``; see the module docstring."""
+        started = time.monotonic()
+        descs = [describe(f) for f in files]
+        instants = {str(d["instant"]) for d in descs}
+        if checkpoint.instant is not None:
+            instants.add(checkpoint.instant)
+        if len(instants) > 1:
+            raise CommitError(f"files of several instants in one commit: {sorted(instants)}")
+        tags = set()
+        for d in descs:
+            m = BASE_FILE.match(str(d["fileName"]))
+            if m is None:
+                raise CommitError(f"staged file {d['fileName']!r} is not a Hudi base file name")
+            tags.add(file_tag(m.group("token")))
+        tag = tags.pop() if len(tags) == 1 else ""
+        cp = checkpoint
+        what = f"batch {cp.batch_id} ({cp.incarnation}) of {cp.pipeline_id}"
+        with self.hudi.locked() as meta:
+            exists = self.hudi.exists()
+            if exists:
+                self.hudi.check()
+                done = self._find_batch(cp.pipeline_id, cp.incarnation, cp.batch_id, cp.batch_end)
+                if done is not None:
+                    log.info("%s is already Hudi commit %s: not committed again", what, done)
+                    return
+            owner = self._owner_epoch(meta, cp.pipeline_id)
+            if owner > cp.epoch:
+                raise FencedError(
+                    f"Hudi table {self.hudi.base}: pipeline {cp.pipeline_id!r} is owned by "
+                    f"writer epoch {owner}; this writer holds epoch {cp.epoch} and must stop"
+                )
+            ts = instants.pop() if instants else self._mint()
+            if cp.instant is None:
+                cp = dataclasses.replace(cp, instant=ts)
+            for d in descs:
+                path = os.path.join(self.hudi.base, d["path"])
+                size = self.file_size(path)
+                if size != int(d["size"]):
+                    raise CommitError(
+                        f"{what}: staged file {path} is missing or changed "
+                        f"(size {size}, staged {d['size']})"
+                    )
+            keep = {str(d["path"]) for d in descs}
+            self.hudi.sweep_strays(meta, ts, tag, keep)
+            for partition in sorted({str(d["partitionPath"]) for d in descs}):
+                self.hudi.ensure_partition_metadata(partition, ts)
+            extra = cp.to_summary()
+            extra.update(carry_forward(self._summaries() if exists else (), cp.pipeline_id))
+            metadata = commit_metadata_json(descs, self.spec.avro_schema, extra)
+            if exists:
+                self.hudi.complete(meta, ts, metadata)
+                self._maybe_trim(meta)
+            else:
+                self.hudi.create(meta, ts, metadata)
+        for follower in self.followers:
+            follower.release(ts)
+        log.info(
+            "%s: Hudi commit %s with %d files, %d records in %s (%.3fs)",
+            what,
+            ts,
+            len(descs),
+            sum(int(d["records"]) for d in descs),  # this table's, not the batch's
+            self.hudi.base,
+            time.monotonic() - started,
+        )
+
+    def _mint(self) -> str:
+        return next_instant_time(self.hudi.latest_instant_time())
+
+    # -- bounded timeline ------------------------------------------------------------------
+
+    def _summaries(self) -> Iterator[dict[str, str]]:
+        """``extraMetadata`` of the completed commits, newest first."""
+        for ts in self.hudi.completed_commits():
+            with contextlib.suppress(FileNotFoundError):
+                yield self.hudi.extra_metadata(ts)
+
+    def _maybe_trim(self, meta: str) -> None:
+        """Every ``trim_every`` commits beyond ``max_commits``: trim the oldest completed
+        commits (see the module docstring). Never fails the batch, which is committed."""
+        completed = self.hudi.completed_commits()
+        if len(completed) < self.max_commits + self.trim_every:
+            return
+        try:
+            limit = self.hudi.trim_limit()
+            commits = [(ts, self.hudi.extra_metadata(ts)) for ts in completed]
+            old = [
+                ts for ts in forgettable(commits, self.max_commits) if limit is None or ts < limit
+            ]
+            if old:
+                self.hudi.trim(meta, old)
+                log.info("%s: %d old commits left the active timeline", self.hudi.base, len(old))
+        except Exception as e:  # housekeeping: retried after more commits
+            log.warning("%s: timeline trim failed, retried later: %s", self.hudi.base, e)
+
+    # -- workers -------------------------------------------------------------------------
+
+    def write_context(self, write_id: str, target_bytes: int) -> HudiWriteContext:
+        """What the workers need to stage files of ``write_id`` (``<ts>[-<tag>]``; any
+        other id -- at-least-once mode -- gets a fresh instant time)."""
+        try:
+            ts, tag = parse_write_id(write_id)
+        except ValueError:
+            ts, tag = self._mint(), ""
+        return self.hudi.write_context(ts, tag, target_bytes)

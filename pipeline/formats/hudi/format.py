@@ -1,0 +1,48 @@
+"""The ``hudi`` table format: the :class:`~pipeline.formats.base.TableFormat` of a Hudi
+main table and a Hudi dead-letter table (no Iceberg catalog, no pyiceberg)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import PipelineConfig
+from pipeline.errors import ConfigError
+from pipeline.formats.base import TableRef, TableSet, TableStatus
+
+
+def hudi_locations(cfg: PipelineConfig) -> tuple[str, str]:
+    """``(base path, dead-letter base path)`` as configured (the latter defaults to
+    ``<basePath>_dead_letter``)."""
+    hudi = cfg.sink.hudi
+    if hudi is None:
+        raise ConfigError("sink.hudi.basePath is required to read a Hudi table")
+    dead = hudi.dead_letter_base_path or hudi.base_path.rstrip("/") + "_dead_letter"
+    return hudi.base_path, dead
+
+
+class HudiFormat:
+    name = "hudi"
+
+    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> Any:
+        from pipeline.formats.hudi.sinks import HudiSinks
+
+        return HudiSinks.from_config(cfg)
+
+    def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
+        if cfg.sink.hudi is None:
+            return []
+        base, dead = hudi_locations(cfg)
+        return [("sink.hudi.basePath", base), ("sink.hudi.deadLetterBasePath", dead)]
+
+    def table_sets(self, cfg: PipelineConfig) -> list[TableSet]:
+        base, dead = hudi_locations(cfg)
+        return [TableSet(TableRef("hudi", base), TableRef("hudi", dead))]
+
+    def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
+        from pipeline.formats.hudi.status import hudi_table_status
+
+        return [hudi_table_status(tables.main, pipeline_id)]
+
+    def local_sink(self, workdir: Path) -> dict[str, Any]:
+        return {"hudi": {"basePath": str(workdir / "hudi" / "events")}}

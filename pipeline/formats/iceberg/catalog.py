@@ -1,0 +1,61 @@
+"""Loading the pyiceberg catalog, with one-line errors and credentials masked in URIs."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from urllib.parse import urlparse
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
+from pyiceberg.exceptions import NoSuchPropertyException, NotInstalledError
+
+from pipeline.errors import CommitError, ConfigError
+
+__all__ = ["load_catalog", "mask_uri", "one_line"]
+
+_USERINFO = re.compile(r"(://[^:/@]*):[^@/]*@")
+
+
+def mask_uri(uri: str) -> str:
+    return _USERINFO.sub(r"\1:***@", uri)
+
+
+def one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _ensure_sqlite_dir(uri: str) -> None:
+    """The embedded SQLite catalog lives under the warehouse: create its directory."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = urlparse(uri).path
+    if path and path != "/:memory:":
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+
+
+def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """A pyiceberg catalog; failures become one-line ConfigError / CommitError.
+
+    Examples: ``{"type": "sql", "uri": "sqlite:////abs/catalog.db", "warehouse":
+    "file:///abs/warehouse"}``, ``{"type": "sql", "uri": "postgresql+psycopg2://u:p@h/db",
+    ...}``, ``{"type": "rest", "uri": "http://host:8181"}``.
+    """
+    props = {str(k): str(v) for k, v in properties.items()}
+    uri = mask_uri(props.get("uri", ""))
+    where = f"catalog {name!r} ({props.get('type', '?')} at {uri or 'no uri'})"
+    if "uri" in props:
+        try:
+            _ensure_sqlite_dir(props["uri"])
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot create the SQLite directory: {one_line(e)}") from e
+    try:
+        return _pyiceberg_load_catalog(name, **props)
+    except (ValueError, NoSuchPropertyException, NotInstalledError, ImportError) as e:
+        raise ConfigError(f"{where}: {one_line(e)}") from e
+    except Exception as e:
+        raise CommitError(f"cannot reach {where}: {one_line(e)}") from e

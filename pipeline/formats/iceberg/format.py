@@ -1,0 +1,38 @@
+"""The ``iceberg`` table format: the :class:`~pipeline.formats.base.TableFormat` of an
+Iceberg main table and an Iceberg dead-letter table in ``sink.catalog``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import PipelineConfig
+from pipeline.formats.base import TableRef, TableSet, TableStatus
+
+
+class IcebergFormat:
+    name = "iceberg"
+
+    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> Any:
+        from pipeline.formats.iceberg.sinks import IcebergSinks
+
+        return IcebergSinks.from_config(cfg)
+
+    def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
+        return [("sink.catalog.warehouse", cfg.sink.catalog.warehouse)]
+
+    def table_sets(self, cfg: PipelineConfig) -> list[TableSet]:
+        return [
+            TableSet(
+                TableRef("iceberg", cfg.sink.table),
+                TableRef("iceberg", cfg.sink.dead_letter_identifier),
+            )
+        ]
+
+    def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
+        from pipeline.formats.iceberg.status import iceberg_table_status
+
+        return [iceberg_table_status(tables.main, pipeline_id)]
+
+    def local_sink(self, workdir: Path) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,35 @@
+"""What ``ingest status`` shows for an Iceberg table: its snapshots and the pipeline's
+last batch there (plain data; ``pipeline.tools.status`` renders it)."""
+
+from __future__ import annotations
+
+from pipeline.formats.base import LastBatch, TableStatus
+from pipeline.formats.iceberg.sinks import IcebergCommitter
+
+
+def iceberg_table_status(committer: IcebergCommitter, pipeline_id: str) -> TableStatus:
+    """The Iceberg table's snapshots and ``pipeline_id``'s last batch there."""
+    name = f"table {committer.sink.name}"
+    table = committer.table()
+    if table is None:
+        return TableStatus(name, "", exists=False)
+    cp = committer.sink.latest_checkpoint(pipeline_id)
+    last = None
+    if cp is not None:
+        head = table.current_snapshot()
+        last = LastBatch(
+            pipeline_id=cp.pipeline_id,
+            batch_id=cp.batch_id,
+            incarnation=cp.incarnation,
+            epoch=cp.epoch,
+            instant=None,
+            committed_at=head.timestamp_ms / 1000 if head else None,
+            committed_offsets=cp.committed_offsets,
+        )
+    return TableStatus(
+        name,
+        table.location(),
+        exists=True,
+        commits=f"{len(table.snapshots())} snapshots",
+        last_batch=last,
+    )

@@ -1,0 +1,77 @@
+"""Driver side of the worker path: one micro-batch's Spark job that stages files.
+
+    BatchWriter.write(write_id, drop_below)
+        ├─ decode.engine spark (or no explicit start): df.mapInArrow(run_task)   (spark/writer)
+        └─ decode.engine arrow: spark.range(n).mapInArrow(read_ranges → decode → run_task)
+                                                   → collect_staged → StagedBatch
+
+The coordinator calls ``write`` once per attempt of a batch (``write_id`` names the
+instant; ``drop_below`` the offsets the table already holds). The format's ``task_plan``
+says which files the tasks write; nothing here knows the table format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.commit.offsets import PartitionOffsets, batch_ranges, pack_ranges, split_ranges
+from pipeline.commit.types import StagedBatch
+from pipeline.config import DecodeConfig, SourceConfig
+from pipeline.spark.writer import (
+    RESULT_DDL,
+    ReadPlan,
+    TaskPlan,
+    collect_staged,
+    make_read_task_function,
+    make_task_function,
+)
+
+# (write id, offsets the table already holds, armed fault points) -> the tasks' plan
+TaskPlanner = Callable[[str, PartitionOffsets, "str | None"], TaskPlan]
+
+
+@dataclass(frozen=True)
+class BatchWriter:
+    """Stages one batch's files through Spark tasks; see the module docstring."""
+
+    df: Any  # the batch's DataFrame (decoded rows); unused by the arrow engine
+    start: PartitionOffsets | None  # where the batch starts, when known on the driver
+    end: PartitionOffsets
+    plan: TaskPlanner
+    decode: DecodeConfig
+    source: SourceConfig
+    consumer_conf: dict[str, Any]
+    faults: str | None = None  # armed "mid-write" fault points, for the tasks
+
+    def write(self, write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
+        plan = self.plan(write_id, drop_below, self.faults)
+        if self.decode.engine == "arrow" and self.start is not None:
+            # the DataFrame is never touched: tasks read the batch's ranges themselves
+            return self._write_arrow(plan, self.start)
+        rows = self.df.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
+        return collect_staged(r.asDict() for r in rows)
+
+    def _write_arrow(self, plan: TaskPlan, start: PartitionOffsets) -> StagedBatch:
+        """``decode.engine: arrow``: one task per packed group of the batch's ranges."""
+        from pipeline.decode.arrow import ArrowDecoder
+
+        s = self.source
+        pieces = split_ranges(batch_ranges(start, self.end), s.min_partitions)
+        if not pieces:
+            return StagedBatch()
+        spark = self.df.sparkSession
+        tasks = max(spark.sparkContext.defaultParallelism, s.min_partitions or 0)
+        read = ReadPlan(
+            groups=pack_ranges(pieces, tasks),
+            consumer_conf=self.consumer_conf,
+            decoder=ArrowDecoder(self.decode, s.include_headers),
+            include_headers=s.include_headers,
+            fail_on_data_loss=s.fail_on_data_loss,
+            stall_timeout_s=max(float(s.broker_retry_seconds), 1.0),
+        )
+        n = len(read.groups)
+        fn = make_read_task_function(plan, read)
+        rows = spark.range(0, n, 1, n).mapInArrow(fn, RESULT_DDL).collect()
+        return collect_staged(r.asDict() for r in rows)

@@ -26,6 +26,7 @@ from pipeline.errors import FencedError, PipelineError
 from pipeline.observe.base import Observers, PipelineObserver, RunInfo
 
 if TYPE_CHECKING:
+    from pipeline.formats.base import PipelineTables
     from pipeline.observe.metrics import PipelineMetrics
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class Pipeline:
         self.cfg = cfg
         self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         self.format = fmt
-        self.sinks: Any = fmt.open_tables(cfg, self.faults)
+        self.tables: PipelineTables = fmt.open_tables(cfg, self.faults)
         self._spark = spark
         if spark is not None:
             from pipeline.spark.session import register_source
@@ -77,11 +78,11 @@ class Pipeline:
         # metrics exporter, batch log, progress displays (pipeline.observe.base)
         self.observers = Observers()
         exactly_once = cfg.commit.mode == "exactly-once"
-        self.timeline = self.sinks.timeline(cfg.id) if exactly_once else None
+        self.timeline = self.tables.timeline(cfg.id) if exactly_once else None
         self.coordinator = make_coordinator(
             cfg.id,
-            self.sinks.main,
-            self.sinks.dead_letter,
+            self.tables.main,
+            self.tables.dead_letter,
             timeline=self.timeline,
             on_overlap=cfg.commit.on_overlap,
             faults=self.faults,
@@ -163,7 +164,7 @@ class Pipeline:
             return json.dumps(s.starting_offsets)
         if s.starting_offsets != "table":
             return s.starting_offsets
-        committed = self.sinks.main.committed_offsets(self.cfg.id)
+        committed = self.tables.main.committed_offsets(self.cfg.id)
         if committed:
             log.info("resuming from the table's committed offsets %s", committed.to_json())
             return committed.to_json()  # partitions not listed start at earliest
@@ -230,7 +231,7 @@ class Pipeline:
             df=df,
             start=start if start is not None else self._explicit_start(end),
             end=end,
-            plan=self.sinks.task_plan,
+            plan=self.tables.task_plan,
             decode=self.cfg.decode,
             source=self.cfg.source,
             consumer_conf=self.sources_conf(),
@@ -332,7 +333,7 @@ class Pipeline:
 
     def run_info(self, query: Any = None) -> RunInfo:
         """The pipeline's committed state as its main table(s) hold it (any format)."""
-        main = self.sinks.main
+        main = self.tables.main
         return RunInfo(
             self.cfg.id,
             committed=main.committed_offsets(self.cfg.id) or {},
@@ -411,7 +412,7 @@ class Pipeline:
             self._starting_offsets = None  # timestamps win over startingOffsets
         reader = spark.readStream.format(SOURCE_NAME).options(**opts)
         decoded = decode(
-            reader.load(), self.cfg.decode, self.sinks.data_ddl, self.cfg.source.include_headers
+            reader.load(), self.cfg.decode, self.tables.data_ddl, self.cfg.source.include_headers
         )
         writer = decoded.writeStream.foreachBatch(self.process_batch).option(
             "checkpointLocation", self.cfg.checkpoint_location

@@ -98,7 +98,7 @@ def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Pa
     import yaml
 
     from pipeline.config import load_config
-    from pipeline.formats.iceberg.sinks import IcebergSinks
+    from pipeline.formats.iceberg.tables import IcebergTables
     from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
     topic = kafka_broker.new_topic("submit", 2)
@@ -136,5 +136,5 @@ def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Pa
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    table = IcebergSinks.from_config(load_config(cfg_file)).main.table()
+    table = IcebergTables.from_config(load_config(cfg_file)).main.table()
     assert table is not None and len(table.scan().to_arrow()) == 400

@@ -56,7 +56,7 @@ def good(results: list[Any], counted: Counter[tuple[str, int, int]]) -> Counter[
 
 
 def _dead_letters(p: Pipeline) -> Counter[tuple[str, int, int]]:
-    return iceberg_coords(p.sinks.dead_letter)
+    return iceberg_coords(p.tables.dead_letter)
 
 
 def test_one_query_two_tables_exactly_once(

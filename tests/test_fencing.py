@@ -29,7 +29,7 @@ from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.config import parse_config
 from pipeline.errors import FencedError
-from pipeline.formats.iceberg.sinks import IcebergCommitter, IcebergSinks
+from pipeline.formats.iceberg.tables import IcebergCommitter, IcebergTables
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.tools.generator import GeneratorSpec, produce
 
@@ -49,7 +49,7 @@ def _cfg(tmp: Path, catalog: dict[str, Any], name: str) -> Any:
     )
 
 
-def _writer(sinks: IcebergSinks, first: int, last: int, on_write: Any = None) -> Any:
+def _writer(sinks: IcebergTables, first: int, last: int, on_write: Any = None) -> Any:
     """A worker stand-in that stages a real Parquet data file of offsets [first, last)."""
 
     def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
@@ -65,7 +65,7 @@ def _writer(sinks: IcebergSinks, first: int, last: int, on_write: Any = None) ->
                 "_kafka_timestamp": pa.array([None] * n, pa.timestamp("us", tz="UTC")),
             }
         )
-        ctx = sinks.main.sink.write_context(write_id)
+        ctx = sinks.main.iceberg.write_context(write_id)
         files = write_data_files(ctx, [batch], 0)
         return StagedBatch(
             data_files=files, stats=[PartitionStats(TP.topic, 0, first, last - 1, n)]
@@ -74,7 +74,7 @@ def _writer(sinks: IcebergSinks, first: int, last: int, on_write: Any = None) ->
     return write
 
 
-def _offsets_in_table(sinks: IcebergSinks) -> Counter[int]:
+def _offsets_in_table(sinks: IcebergTables) -> Counter[int]:
     table = sinks.main.table()
     assert table is not None
     return Counter(
@@ -99,7 +99,7 @@ class _RacingCommitter(IcebergCommitter):
                 fired.append(True)
                 self.between()
 
-        self.sink.commit(files, checkpoint, precondition=precondition)
+        self.iceberg.commit(files, checkpoint, precondition=precondition)
 
 
 @pytest.mark.parametrize("catalog_kind", ["sqlite", "postgresql"])
@@ -116,15 +116,15 @@ def test_zombie_loaded_before_fence_commits_after_it_is_refused(
     cfg = _cfg(tmp_path, catalog, name)
     inc = "incarnation-1"
 
-    zombie_sinks = IcebergSinks.from_config(cfg)
+    zombie_sinks = IcebergTables.from_config(cfg)
     zombie = Coordinator(cfg.id, zombie_sinks.main, None, timeline=zombie_sinks.timeline(cfg.id))
     zombie.acquire_epoch("zombie")
     out = zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
     assert out.outcome == "committed"
 
-    owner_sinks = IcebergSinks.from_config(cfg)
+    owner_sinks = IcebergTables.from_config(cfg)
     owner = Coordinator(cfg.id, owner_sinks.main, None, timeline=owner_sinks.timeline(cfg.id))
-    racing = _RacingCommitter(zombie_sinks.main.sink, lambda: owner.acquire_epoch("owner"))
+    racing = _RacingCommitter(zombie_sinks.main.iceberg, lambda: owner.acquire_epoch("owner"))
     zombie.main = racing
     start, end = PartitionOffsets({TP: 100}), PartitionOffsets({TP: 250})
     with pytest.raises(FencedError, match="epoch"):
@@ -212,7 +212,7 @@ def _load(config: Path) -> Any:
 
 
 def _committed_rows(cfg: Any) -> int:
-    sinks = IcebergSinks.from_config(cfg)
+    sinks = IcebergTables.from_config(cfg)
     total = 0
     for c in (sinks.main, sinks.dead_letter):
         t = c.table() if c is not None else None

@@ -107,12 +107,12 @@ class Driver:
 
 def _sinks(cfg: Any) -> Any:
     if cfg.sink.format == "hudi":
-        from pipeline.formats.hudi.sinks import HudiSinks
+        from pipeline.formats.hudi.tables import HudiTables
 
-        return HudiSinks.from_config(cfg)
-    from pipeline.formats.iceberg.sinks import IcebergSinks
+        return HudiTables.from_config(cfg)
+    from pipeline.formats.iceberg.tables import IcebergTables
 
-    return IcebergSinks.from_config(cfg)
+    return IcebergTables.from_config(cfg)
 
 
 def _coords(cfg: Any) -> Counter[tuple[str, int, int]]:

@@ -41,8 +41,8 @@ from pipeline.formats.columns import FieldSpec, dead_letter_columns, table_colum
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.layout import BASE_FILE, PARTITION_METADATA
 from pipeline.formats.hudi.schema import HudiTableSpec
-from pipeline.formats.hudi.sinks import HudiSinks
 from pipeline.formats.hudi.table import HudiTable
+from pipeline.formats.hudi.tables import HudiTables
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.spark.writer import collect_staged, run_task
 
@@ -202,8 +202,12 @@ def test_snapshot_returns_exactly_the_records_with_meta_columns(tmp_path: Path) 
     assert extra["ingest.pipeline-id"] == PIPE and extra["ingest.instant"] == t2
     assert json.loads(extra["ingest.committed-offsets"]) == {"t": {"0": 75}}
     assert c.committed_offsets(PIPE) == PartitionOffsets({T0: 75})
-    assert c.is_committed(PIPE, INC, 1) and c.is_committed(PIPE, INC, 0)
-    assert not c.is_committed(PIPE, INC, 2) and not c.is_committed(PIPE, "other", 1)
+    assert c.is_committed(BatchIdentity(PIPE, INC, 1)) and c.is_committed(
+        BatchIdentity(PIPE, INC, 0)
+    )
+    assert not c.is_committed(BatchIdentity(PIPE, INC, 2)) and not c.is_committed(
+        BatchIdentity(PIPE, "other", 1)
+    )
     assert c.latest_epoch(PIPE) == 1
 
 
@@ -393,7 +397,7 @@ def test_old_commits_leave_the_timeline_and_their_ranges_are_carried_forward(
     assert oldest[RANGES_BEFORE_KEY] == f'{{"t":{{"0":[[0,{start}]]}}}}'
     assert c.hudi.extra_metadata(times[-1])[RANGES_BEFORE_KEY] == '{"t":{"0":[[0,87]]}}'
     # dedupe and fencing work on the bounded timeline; trimmed files are committed files
-    assert c.is_committed(PIPE, INC, 29)
+    assert c.is_committed(BatchIdentity(PIPE, INC, 29))
     trimmed_file = next(f for f in hudi_base_files(base) if f.split("_")[-1][:17] == times[0])
     assert c.delete_files([str(base / trimmed_file)]) == []
     c.fence(PIPE, 2)
@@ -452,7 +456,7 @@ def test_failed_first_run_leaves_no_table_and_no_visible_orphans(tmp_path: Path)
     assert not (base / ".hoodie").exists()  # no half-initialised table
     with pytest.raises(Exception):  # noqa: B017 - hudi-rs: no table at this path
         read(base)
-    assert not c.is_committed(PIPE, INC, 0) and c.committed_offsets(PIPE) is None
+    assert not c.is_committed(BatchIdentity(PIPE, INC, 0)) and c.committed_offsets(PIPE) is None
     assert c.latest_epoch(PIPE) == 1  # the fence lives in the staging directory
     # the next run rolls t1 back (files first) and commits a new instant
     c.delete_files(c.orphan_files(f"{t1}-{TAG}"))
@@ -510,7 +514,9 @@ def test_commit_is_idempotent_per_batch(tmp_path: Path) -> None:
     assert arrow_coords(read(base)) == expected(T0, 0, 10)
     # same batch id, other planned range (a restored older checkpoint): not the same batch
     other = PartitionOffsets({T0: 12})
-    assert not c.is_committed(PIPE, INC, 0, other) and c.is_committed(PIPE, INC, 0, cp.batch_end)
+    assert not c.is_committed(BatchIdentity(PIPE, INC, 0), other) and c.is_committed(
+        BatchIdentity(PIPE, INC, 0), cp.batch_end
+    )
 
 
 # -- fencing and the lock ---------------------------------------------------------------------
@@ -664,7 +670,7 @@ class MiniSpark:
     def produce(self, n0: int, n1: int) -> None:
         self.produced = PartitionOffsets({T0: self.produced[T0] + n0, T1: self.produced[T1] + n1})
 
-    def run(self, sinks: HudiSinks, faults: str = "") -> None:
+    def run(self, sinks: HudiTables, faults: str = "") -> None:
         """One driver run (dies at the armed fault like a killed process would)."""
         c = Coordinator(
             PIPE,
@@ -681,14 +687,14 @@ class MiniSpark:
             self.offset_log.append(self.produced)  # new data: a new batch
             self._batch(c, sinks, len(self.offset_log) - 1)
 
-    def _batch(self, c: Coordinator, sinks: HudiSinks, batch_id: int) -> None:
+    def _batch(self, c: Coordinator, sinks: HudiTables, batch_id: int) -> None:
         end = self.offset_log[batch_id]
         start = self.offset_log[batch_id - 1] if batch_id else None
         c.run_batch(INC, batch_id, start, end, self._workers(sinks, start, end))
         self.commit_log.add(batch_id)
 
     @staticmethod
-    def _workers(sinks: HudiSinks, start: PartitionOffsets | None, end: PartitionOffsets) -> Any:
+    def _workers(sinks: HudiTables, start: PartitionOffsets | None, end: PartitionOffsets) -> Any:
         def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
             plan = sinks.task_plan(write_id, drop_below)
             out: list[dict[str, Any]] = []
@@ -723,18 +729,18 @@ def test_every_crash_point_then_restart_gives_each_record_exactly_once(tmp_path:
     for i, point in enumerate(CHAIN):
         spark.produce(40 + i, 25 + i)
         with pytest.raises(FaultInjected):
-            spark.run(HudiSinks.from_config(cfg), f"{point}:raise")
+            spark.run(HudiTables.from_config(cfg), f"{point}:raise")
         if i == 0:  # failed first run: no table anywhere, no visible orphan
             assert not (tmp_path / "events" / ".hoodie").exists()
-    spark.run(HudiSinks.from_config(cfg))  # recovers, then drains
+    spark.run(HudiTables.from_config(cfg))  # recovers, then drains
     spark.produce(30, 30)
-    spark.run(HudiSinks.from_config(cfg))
+    spark.run(HudiTables.from_config(cfg))
 
     want: Counter[tuple[str, int, int]] = Counter()
     for tp in (T0, T1):
         want += expected(tp, 0, spark.produced[tp])
     assert _all_coords(tmp_path) == want  # every record exactly once, main + dead letters
-    sinks = HudiSinks.from_config(cfg)
+    sinks = HudiTables.from_config(cfg)
     dlq = read(tmp_path / "events_dead_letter")
     assert dlq.num_rows == sum(_bad(tp, o) for tp in (T0, T1) for o in range(spark.produced[tp]))
     assert set(dlq["error"].to_pylist()) == {"malformed"}
@@ -766,12 +772,12 @@ def test_replayed_batch_is_skipped_and_lost_checkpoint_resumes_from_the_table(
     cfg = _config(tmp_path)
     spark = MiniSpark()
     spark.produce(30, 20)
-    spark.run(HudiSinks.from_config(cfg))
+    spark.run(HudiTables.from_config(cfg))
     # Spark's commit log lost the batch: the replay is skipped, nothing twice
     spark.commit_log.clear()
-    spark.run(HudiSinks.from_config(cfg))
+    spark.run(HudiTables.from_config(cfg))
     assert len(hudi_completed_commits(tmp_path / "events")) == 1
-    sinks = HudiSinks.from_config(cfg)
+    sinks = HudiTables.from_config(cfg)
     assert sinks.main.committed_offsets(PIPE) == PartitionOffsets({T0: 30, T1: 20})
 
 
@@ -779,10 +785,10 @@ def test_dead_letter_table_keeps_no_pending_instant_of_clean_batches(tmp_path: P
     cfg = _config(tmp_path)
     spark = MiniSpark()
     spark.produce(12, 0)  # T0 offset 5 is undecodable: the dead-letter table is created
-    spark.run(HudiSinks.from_config(cfg))
+    spark.run(HudiTables.from_config(cfg))
     spark.produce(4, 0)  # offsets 12-15: all good, the dead-letter table gets nothing
-    spark.run(HudiSinks.from_config(cfg))
-    sinks = HudiSinks.from_config(cfg)
+    spark.run(HudiTables.from_config(cfg))
+    sinks = HudiTables.from_config(cfg)
     assert sinks.dead_letter is not None
     dlq = sinks.dead_letter.hudi
     assert len(dlq.completed_commits()) == 1 and not dlq.pending_times()
@@ -794,8 +800,8 @@ def test_instant_time_is_reserved_in_the_table(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     spark = MiniSpark()
     spark.produce(10, 10)
-    spark.run(HudiSinks.from_config(cfg))
-    sinks = HudiSinks.from_config(cfg)
+    spark.run(HudiTables.from_config(cfg))
+    sinks = HudiTables.from_config(cfg)
     timeline = sinks.timeline(PIPE)
     latest = sinks.main.hudi.latest_instant_time()
     assert latest is not None and timeline.mint() > latest
@@ -809,20 +815,20 @@ def test_instant_time_is_reserved_in_the_table(tmp_path: Path) -> None:
 
 def test_config_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown column 'nope'"):
-        HudiSinks.from_config(_config(tmp_path, partitionFields=["nope"]))
+        HudiTables.from_config(_config(tmp_path, partitionFields=["nope"]))
     with pytest.raises(ConfigError, match="must be required"):
-        HudiSinks.from_config(_config(tmp_path, recordKeyFields=["score"]))
+        HudiTables.from_config(_config(tmp_path, recordKeyFields=["score"]))
     with pytest.raises(ConfigError, match="allowed: string"):
-        HudiSinks.from_config(_config(tmp_path, partitionFields=["ts"]))
+        HudiTables.from_config(_config(tmp_path, partitionFields=["ts"]))
     with pytest.raises(ConfigError, match="local paths"):
-        HudiSinks.from_config(_config(tmp_path, basePath="s3://bucket/events"))
+        HudiTables.from_config(_config(tmp_path, basePath="s3://bucket/events"))
     bad = _config(tmp_path).model_dump(by_alias=True)
     bad["sink"].pop("hudi")
     with pytest.raises(ConfigError, match="sink.hudi.basePath is required"):
-        HudiSinks.from_config(parse_config(bad))
+        HudiTables.from_config(parse_config(bad))
     # a table whose partitioning differs from the configuration is refused
-    HudiSinks.from_config(_config(tmp_path)).main.hudi  # noqa: B018
+    HudiTables.from_config(_config(tmp_path)).main.hudi  # noqa: B018
     commit_range(HudiCommitter(HudiTable(make_spec(tmp_path / "events"))), 0, 0, 3)
-    other = HudiSinks.from_config(_config(tmp_path, partitionFields=["id"]))
+    other = HudiTables.from_config(_config(tmp_path, partitionFields=["id"]))
     with pytest.raises(ConfigError, match="cannot change"):
         other.task_plan(next_instant_time(None))

@@ -43,7 +43,7 @@ from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
 from pipeline.config import load_config, parse_config
-from pipeline.formats.hudi.sinks import HudiSinks
+from pipeline.formats.hudi.tables import HudiTables
 from pipeline.tools.generator import GeneratorSpec, produce
 
 hudi = pytest.importorskip("hudi")
@@ -128,7 +128,7 @@ def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     assert coords(tmp_path) == produced(r1, r2)
     sample = metrics.registry.get_sample_value
     assert (sample("ingest_bytes_total", {"topic": topic}) or 0) > 0  # the batch after the skip
-    newest = HudiSinks.from_config(cfg).main.last_commit_time(cfg.id)
+    newest = HudiTables.from_config(cfg).main.last_commit_time(cfg.id)
     assert newest is not None and sample("ingest_last_commit_timestamp_seconds") >= newest
     assert sample("ingest_writer_epoch") == p2.coordinator.epoch >= 1
 
@@ -158,7 +158,7 @@ def _config_file(tmp: Path, bootstrap: str, topic: str, master: str = "local[2]"
 def _check_clean(tmp: Path, config: Path) -> None:
     """No pending instant in the journal nor in either Hudi timeline, and no base file
     on disk that no completed commit references."""
-    sinks = HudiSinks.from_config(load_config(config))
+    sinks = HudiTables.from_config(load_config(config))
     assert not sinks.timeline(load_config(config).id).pending()
     for base in (tmp / "lake" / "events", tmp / "lake" / "events_dead_letter"):
         if (base / ".hoodie").is_dir():
@@ -204,7 +204,7 @@ def test_driver_killed_at_every_fault_point(kafka_broker: KafkaTestBroker, tmp_p
     run_driver_ok(config)
     assert coords(tmp_path) == produced(*results)  # every record exactly once, 9 runs
     _check_clean(tmp_path, config)
-    sinks = HudiSinks.from_config(load_config(config))
+    sinks = HudiTables.from_config(load_config(config))
     states = Counter(i.state.value for i in sinks.timeline(load_config(config).id).instants())
     assert states["rolled_back"] >= 2
 

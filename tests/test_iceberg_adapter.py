@@ -2,7 +2,7 @@
 (when up).
 
 No mocks: files are written with pyiceberg's writer into a warehouse under tmp_path and
-committed through a real catalog. Concurrent writers are real second IcebergTableSink
+committed through a real catalog. Concurrent writers are real second IcebergTable
 instances on their own catalog connections, interleaved through the commit precondition.
 """
 
@@ -66,7 +66,7 @@ from pipeline.formats.iceberg.schema import (
     dead_letter_schema,
     parse_type,
 )
-from pipeline.formats.iceberg.table import IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.writer import (
     DataFileWriteError,
     WriteContext,
@@ -151,10 +151,10 @@ def events_spec(schema: Schema) -> PartitionSpec:
     return build_partition_spec(schema, ["day(ts)", "country"])
 
 
-def make_sink(catalog: Catalog, name: str = "db.events", **kwargs: Any) -> IcebergTableSink:
+def make_sink(catalog: Catalog, name: str = "db.events", **kwargs: Any) -> IcebergTable:
     schema = events_schema()
     props = kwargs.pop("properties", {})
-    return IcebergTableSink(catalog, name, schema, events_spec(schema), props, **kwargs)
+    return IcebergTable(catalog, name, schema, events_spec(schema), props, **kwargs)
 
 
 def events_batch(start: int, n: int, topic: str = "orders", partition: int = 0) -> pa.RecordBatch:
@@ -201,7 +201,7 @@ def checkpoint(
     )
 
 
-def write_and_commit(sink: IcebergTableSink, batch_id: int, start: int, n: int, **kw: Any) -> int:
+def write_and_commit(sink: IcebergTable, batch_id: int, start: int, n: int, **kw: Any) -> int:
     ctx = sink.write_context(f"w{batch_id}-{uuid.uuid4().hex[:6]}")
     files = write_data_files(ctx, [events_batch(start, n)] if n else [], task_id=0)
     return sink.commit(files, checkpoint(batch_id, start, start + n, **kw))
@@ -403,7 +403,7 @@ def test_data_file_round_trip_keeps_partition_and_statistics(tmp_path: Path) -> 
     )
     schema = build_schema([*FIELDS, FieldSpec("price", "decimal(9,2)")])
     spec = build_partition_spec(schema, ["day(ts)", "country", "price"])
-    sink = IcebergTableSink(catalog, "db.ser", schema, spec, {})
+    sink = IcebergTable(catalog, "db.ser", schema, spec, {})
     batch = events_batch(0, 12)
     batch = batch.append_column("price", pa.array([Decimal("1.25")] * 12, pa.decimal128(9, 2)))
     blobs = write_data_files(sink.write_context("ser"), [batch], task_id=7)
@@ -674,7 +674,7 @@ def test_input_is_cast_and_validated(catalog: Catalog) -> None:
 
 def test_streaming_write_rolls_files_at_target_size(catalog: Catalog, tmp_path: Path) -> None:
     schema = events_schema()
-    sink = IcebergTableSink(
+    sink = IcebergTable(
         catalog,
         "db.rolled",
         schema,
@@ -702,7 +702,7 @@ def test_streaming_write_rolls_files_at_target_size(catalog: Catalog, tmp_path: 
 
 def test_many_partitions_with_bounded_open_files(catalog: Catalog) -> None:
     schema = events_schema()
-    sink = IcebergTableSink(
+    sink = IcebergTable(
         catalog,
         "db.wide",
         schema,
@@ -727,7 +727,7 @@ def test_many_partitions_with_bounded_open_files(catalog: Catalog) -> None:
 
 def test_failed_write_removes_its_files(catalog: Catalog) -> None:
     schema = events_schema()
-    sink = IcebergTableSink(
+    sink = IcebergTable(
         catalog, "db.failing", schema, PartitionSpec(), {"write.target-file-size-bytes": "4096"}
     )
     ctx = sink.write_context("doomed")
@@ -758,7 +758,7 @@ def test_raw_and_dead_letter_rows_round_trip(catalog: Catalog) -> None:
         ("db.raw", build_schema([], raw=True), {}),
         ("db.dlq", dead_letter_schema(), {"error": pa.array(["e1", "e2"])}),
     ):
-        sink = IcebergTableSink(catalog, name, schema, PartitionSpec(), {})
+        sink = IcebergTable(catalog, name, schema, PartitionSpec(), {})
         blobs = write_data_files(
             sink.write_context("raw"), [pa.record_batch({**base, **extra})], task_id=0
         )
@@ -774,7 +774,7 @@ def test_raw_and_dead_letter_rows_round_trip(catalog: Catalog) -> None:
         stored = pq.read_table(local_path(deserialize_data_file(blob).file_path))
         assert stored.column("headers").to_pylist() == [[{"key": "h", "value": b"v"}], None]
     bad_headers = pa.array([[{"key": None, "value": b"v"}], None], headers_type)
-    sink = IcebergTableSink(catalog, "db.raw", build_schema([], raw=True), PartitionSpec(), {})
+    sink = IcebergTable(catalog, "db.raw", build_schema([], raw=True), PartitionSpec(), {})
     with pytest.raises(DataFileWriteError, match="headers"):
         write_data_files(
             sink.write_context("bad"), [pa.record_batch({**base, "headers": bad_headers})], 0
@@ -784,7 +784,7 @@ def test_raw_and_dead_letter_rows_round_trip(catalog: Catalog) -> None:
 def test_hour_bucket_truncate_partitions_scan_back(catalog: Catalog) -> None:
     schema = build_schema([*FIELDS, FieldSpec("user_id", "long"), FieldSpec("page", "string")])
     spec = build_partition_spec(schema, ["hour(ts)", "bucket(4, user_id)", "truncate(2, page)"])
-    sink = IcebergTableSink(catalog, "db.clicks", schema, spec, {}, location=None)
+    sink = IcebergTable(catalog, "db.clicks", schema, spec, {}, location=None)
     n = 300
     batch = events_batch(0, n)
     batch = batch.append_column("user_id", pa.array([i % 11 for i in range(n)], pa.int64()))
@@ -808,7 +808,7 @@ def test_hour_bucket_truncate_partitions_scan_back(catalog: Catalog) -> None:
 
 def test_awkward_column_names_and_unpartitioned_tasks(catalog: Catalog) -> None:
     schema = build_schema([FieldSpec("user-id", "long", required=True), FieldSpec("1st", "date")])
-    sink = IcebergTableSink(catalog, "db.awkward", schema, PartitionSpec(), {})
+    sink = IcebergTable(catalog, "db.awkward", schema, PartitionSpec(), {})
     ctx = sink.write_context("awk")
     blobs: list[bytes] = []
     for task in range(3):
@@ -835,7 +835,7 @@ def test_awkward_column_names_and_unpartitioned_tasks(catalog: Catalog) -> None:
 def test_schema_mismatch_with_existing_table_is_a_config_error(catalog: Catalog) -> None:
     write_and_commit(make_sink(catalog), 0, 0, 3)
     schema = build_schema([*FIELDS, FieldSpec("new_col", "long")])
-    sink = IcebergTableSink(catalog, "db.events", schema, events_spec(schema), {})
+    sink = IcebergTable(catalog, "db.events", schema, events_spec(schema), {})
     with pytest.raises(ConfigError, match="new_col"):
         sink.write_context("x")
 

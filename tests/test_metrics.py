@@ -30,8 +30,9 @@ from support.kafka_fixtures import KafkaTestBroker, unique_topic
 from pipeline.commit.offsets import BrokerOffsets, PartitionOffsets, TopicPartition
 from pipeline.commit.types import BatchOutcome
 from pipeline.errors import ConfigError, FencedError, PipelineError
+from pipeline.observe.accounting import OUTCOMES, PHASES, split_by_weight
 from pipeline.observe.logs import BATCH_LOGGER, batch_log_line
-from pipeline.observe.metrics import OUTCOMES, PHASES, PipelineMetrics, split_by_weight
+from pipeline.observe.metrics import PipelineMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
@@ -599,7 +600,7 @@ def test_prometheus_scrapes_a_running_pipeline(
         assert produced.is_set() and until(stats), stats
         assert 200 in ready_seen
 
-        main = pipeline.sinks.main.table()
+        main = pipeline.tables.main.table()
         assert main is not None
         rows = len(main.scan(selected_fields=("_kafka_offset",)).to_arrow())
         malformed = sum(r.malformed for r in results)

@@ -394,7 +394,7 @@ def test_retention_overtakes_a_stopped_driver(
     for o in range(committed, lost_to):
         del want[(topic, 0, o)]
     assert coords(p) == want  # everything Kafka still had, once
-    table = p.sinks.main.table()
+    table = p.tables.main.table()
     assert table is not None
     recorded = [
         json.loads(s.summary.additional_properties[DATA_LOSS_KEY])

@@ -42,7 +42,7 @@ def test_exactly_once_with_dead_letters_restart_and_replay(
         cfg.sink.table: 4000 - r1.malformed,
         cfg.sink.dead_letter_identifier: r1.malformed,
     }
-    main = p1.sinks.main.table()
+    main = p1.tables.main.table()
     assert main is not None and len(main.scan().to_arrow()) == 4000 - r1.malformed
     assert len(main.snapshots()) == 3  # one snapshot per batch
 
@@ -66,7 +66,7 @@ def test_exactly_once_with_dead_letters_restart_and_replay(
     p3 = Pipeline(cfg, spark)
     p3.run()
     assert coords(p3) == produced(r1, r2, r3)
-    snap = p3.sinks.main.table().current_snapshot()  # type: ignore[union-attr]
+    snap = p3.tables.main.table().current_snapshot()  # type: ignore[union-attr]
     summary = snap.summary.additional_properties  # type: ignore[union-attr]
     assert summary["ingest.pipeline-id"] == cfg.id
     ends = {f"{t}:{p}": b + 1 for (t, p), (_, b) in r3.offsets.items()}

@@ -91,9 +91,9 @@ def test_driver_killed_at_every_fault_point(
     assert states[InstantState.ROLLED_BACK] >= 2  # after-requested, after-write
     assert not p.timeline.pending()
     # no staged file survives that the table does not reference
-    table = p.sinks.main.table()
+    table = p.tables.main.table()
     assert table is not None
-    dead = p.sinks.dead_letter.table() if p.sinks.dead_letter else None
+    dead = p.tables.dead_letter.table() if p.tables.dead_letter else None
     referenced = _referenced(table, dead)
     assert _data_files(tmp_path / "warehouse") == referenced
     assert files_before <= referenced | files_before
@@ -127,7 +127,7 @@ def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Pa
     assert _data_files(tmp_path / "warehouse") == staged
     p = Pipeline(_load(config))
     assert coords(p) == produced(r1)
-    snap = p.sinks.main.table().current_snapshot()  # type: ignore[union-attr]
+    snap = p.tables.main.table().current_snapshot()  # type: ignore[union-attr]
     assert snap is not None and snap.summary is not None
     assert snap.summary.additional_properties["ingest.instant"] == pending.time
 
@@ -162,7 +162,7 @@ def test_restored_old_checkpoint_drops_overlap_or_fails(
     stats = p.run()
     assert stats.overlap_dropped == 700  # r2 again: dropped and counted, not duplicated
     assert coords(p) == produced(r1, r2, r3)
-    summary = p.sinks.main.table().current_snapshot().summary  # type: ignore[union-attr]
+    summary = p.tables.main.table().current_snapshot().summary  # type: ignore[union-attr]
     committed = json.loads(summary.additional_properties["ingest.committed-offsets"])[topic]
     assert {int(k): v for k, v in committed.items()} == {
         p_: b + 1 for (_, p_), (_, b) in r3.offsets.items()
@@ -186,7 +186,7 @@ def test_worker_killed_mid_write_is_retried_without_duplicates(
     p = Pipeline(_load(config))
     assert coords(p) == produced(r1)
     # the killed attempts staged files too; only the retries' files are in the table
-    table = p.sinks.main.table()
+    table = p.tables.main.table()
     assert table is not None
     referenced = _referenced(table)
     assert len(_data_files(tmp_path / "warehouse") - referenced) >= 1

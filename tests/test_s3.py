@@ -40,8 +40,8 @@ from pipeline.commit.journal import (
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError
 from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema
-from pipeline.formats.iceberg.sinks import IcebergCommitter
-from pipeline.formats.iceberg.table import IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.tables import IcebergCommitter
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.storage.fs import filesystem_for
 from pipeline.storage.local import LocalJournalStore
@@ -486,7 +486,7 @@ def test_warehouse_on_s3_write_commit_and_file_operations(
     }
     catalog = load_catalog(f"s3cat{uuid.uuid4().hex[:6]}", props)
     schema = build_schema(FIELDS)
-    sink = IcebergTableSink(catalog, "db.events", schema, build_partition_spec(schema, ["day(ts)"]))
+    sink = IcebergTable(catalog, "db.events", schema, build_partition_spec(schema, ["day(ts)"]))
     committer = IcebergCommitter(sink)  # file operations configured from the catalog
     location = sink.table_location()
     assert location.startswith(f"s3://{wh_bucket}/wh/")
@@ -540,7 +540,7 @@ def test_warehouse_on_s3_write_commit_and_file_operations(
 
 def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
     from pipeline.config import parse_config
-    from pipeline.formats.iceberg.sinks import IcebergSinks
+    from pipeline.formats.iceberg.tables import IcebergTables
     from pipeline.tools.generator import event_schema_fields
 
     wh_bucket = s3_server.new_bucket("sinks")
@@ -561,7 +561,7 @@ def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_pa
             "checkpointLocation": str(tmp_path / "checkpoint"),
         }
     )
-    sinks = IcebergSinks.from_config(cfg)
+    sinks = IcebergTables.from_config(cfg)
     tl = sinks.timeline(cfg.id)
     assert isinstance(tl.store, S3JournalStore)
     assert tl.store.bucket == wh_bucket
@@ -598,8 +598,8 @@ def s3_data_files(p: Any) -> set[str]:
     import pyarrow.fs as pafs
 
     out: set[str] = set()
-    for committer in (p.sinks.main, p.sinks.dead_letter):
-        location = committer.sink.table_location()
+    for committer in (p.tables.main, p.tables.dead_letter):
+        location = committer.iceberg.table_location()
         fs, root = filesystem_for(f"{location}/data", committer.properties)
         selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
         out |= {
@@ -613,7 +613,7 @@ def s3_data_files(p: Any) -> set[str]:
 def live_files(p: Any) -> set[str]:
     """The data files the tables' current snapshots reference."""
     out: set[str] = set()
-    for committer in (p.sinks.main, p.sinks.dead_letter):
+    for committer in (p.tables.main, p.tables.dead_letter):
         table = committer.table()
         if table is not None and table.current_snapshot() is not None:
             out |= {task.file.file_path for task in table.scan().plan_files()}

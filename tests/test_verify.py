@@ -531,7 +531,7 @@ def test_status_after_a_data_loss_stop(
     ``both`` journals), and per partition the records already below the log start."""
     from pipeline.commit.faults import FaultPoints
     from pipeline.errors import find_pipeline_error
-    from pipeline.formats.both import DualSinks
+    from pipeline.formats.both import DualTables
 
     lake = lakes["iceberg"]
     if lake.broker.embedded is None:
@@ -556,7 +556,7 @@ def test_status_after_a_data_loss_stop(
     text = capsys.readouterr().out
     assert f"pipeline {lake.cfg.id}: STOPPED" in text, text
     assert f"last error: {line}" in text
-    epochs = DualSinks.from_config(lake.cfg, FaultPoints("")).timeline(lake.cfg.id).epochs()
+    epochs = DualTables.from_config(lake.cfg, FaultPoints("")).timeline(lake.cfg.id).epochs()
     assert epochs and f"writer epoch: {epochs[-1]}" in text  # the Hudi-side journal
     assert "table db.events:" in text and "Hudi table" in text
     for header in ("log start", "high watermark", "committed", "lag", "below log start"):

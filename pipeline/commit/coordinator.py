@@ -133,7 +133,8 @@ class Coordinator(Recovery):
                 outcome.recovered = recovered
                 return outcome
         t_rec = time.monotonic()
-        if self.main.is_committed(self.pipeline_id, incarnation, batch_id, end):
+        batch = BatchIdentity(self.pipeline_id, incarnation, batch_id)
+        if self.main.is_committed(batch, end):
             log.info("batch %d of %s already committed: replay skipped", batch_id, incarnation)
             return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=recovered)
         self.check_epoch()
@@ -148,7 +149,6 @@ class Coordinator(Recovery):
                 f"{len(lapped)} partition(s) overlap"
             )
 
-        batch = BatchIdentity(self.pipeline_id, incarnation, batch_id)
         instant = self._request(batch, start or PartitionOffsets(), end)
         for table in (self.main, self.dead_letter):
             if table is not None:
@@ -249,11 +249,7 @@ class Coordinator(Recovery):
         checkpoint = self._checkpoint(inf)
         b = inf.batch
         dead = [f.descriptor for f in inf.files_of(DEAD_LETTER)]
-        if (
-            dead
-            and self.dead_letter is not None
-            and not self.dead_letter.is_committed(b.pipeline_id, b.incarnation, b.batch_id, inf.end)
-        ):
+        if dead and self.dead_letter is not None and not self.dead_letter.is_committed(b, inf.end):
             self.dead_letter.commit(dead, checkpoint)
         self.faults.hit("after-dead-letter-commit", batch_id)
         self.main.commit([f.descriptor for f in inf.files_of(MAIN)], checkpoint)

@@ -77,6 +77,13 @@ class BatchIdentity:
     incarnation: str
     batch_id: int
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pipeline_id": self.pipeline_id,
+            "incarnation": self.incarnation,
+            "batch_id": self.batch_id,
+        }
+
 
 @dataclass(frozen=True)
 class Requested:
@@ -89,9 +96,7 @@ class Requested:
     def to_json(self) -> dict[str, Any]:
         return {
             "time": self.time,
-            "pipeline_id": self.batch.pipeline_id,
-            "incarnation": self.batch.incarnation,
-            "batch_id": self.batch.batch_id,
+            **self.batch.to_json(),
             "epoch": self.epoch,
             "start": self.start.to_dict(),
             "end": self.end.to_dict(),
@@ -160,9 +165,7 @@ class Inflight:
     def to_json(self) -> dict[str, Any]:
         return {
             "time": self.time,
-            "pipeline_id": self.batch.pipeline_id,
-            "incarnation": self.batch.incarnation,
-            "batch_id": self.batch.batch_id,
+            **self.batch.to_json(),
             "epoch": self.epoch,
             "files": [f.to_json() for f in self.files],
             "ranges": _ranges_to_json(self.ranges),

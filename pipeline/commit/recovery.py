@@ -70,7 +70,7 @@ class Recovery:
             if (
                 b is not None
                 and b.pipeline_id == self.pipeline_id
-                and self.main.is_committed(b.pipeline_id, b.incarnation, b.batch_id, inst.end)
+                and self.main.is_committed(b, inst.end)
             ):
                 self.timeline.complete(inst.time)  # committed; only the marker was missing
                 done.append((inst.time, "completed"))
@@ -127,9 +127,7 @@ class Recovery:
         b = inst.batch
         if b is None:
             return False
-        return self._dead_letters_committed(inst) or self.main.any_committed(
-            b.pipeline_id, b.incarnation, b.batch_id, inst.end
-        )
+        return self._dead_letters_committed(inst) or self.main.any_committed(b, inst.end)
 
     def _dead_letters_committed(self, inst: Instant) -> bool:
         b = inst.batch
@@ -138,7 +136,7 @@ class Recovery:
             and self.dead_letter is not None
             and inst.inflight is not None
             and bool(inst.inflight.files_of(DEAD_LETTER))
-            and self.dead_letter.is_committed(b.pipeline_id, b.incarnation, b.batch_id, inst.end)
+            and self.dead_letter.is_committed(b, inst.end)
         )
 
     def _intact(self, inst: Instant) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 
 # the two tables of a pipeline, as named in the journal's staged-file lists
@@ -64,25 +65,13 @@ class StagedBatch:
 class TableCommitter(Protocol):
     """What the coordinator needs from a table-format adapter."""
 
-    def is_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         """Whether (pipeline, incarnation, batch) is committed -- with the same planned end
         offsets when given: a checkpoint restored from a backup reuses batch ids for other
         ranges, and such a batch must not be mistaken for the committed one."""
         ...
 
-    def any_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
+    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         """Whether some table behind this committer holds the batch: the same as
         ``is_committed`` for one table; for several (both formats) true as soon as one
         committed it, so a partly committed instant is finished, never rolled back."""
@@ -91,6 +80,11 @@ class TableCommitter(Protocol):
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None: ...
 
     def latest_epoch(self, pipeline_id: str) -> int | None: ...
+
+    def last_commit_time(self, pipeline_id: str) -> float | None:
+        """Unix time of the pipeline's newest commit to the table (None: none yet); read
+        once at start, so observers never read the table themselves."""
+        ...
 
     def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
         """Append ``files`` atomically with ``checkpoint``; idempotent per batch; raises

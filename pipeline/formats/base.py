@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pipeline.commit.offsets import TopicPartition
+from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import TableCommitter
 from pipeline.config import PipelineConfig
 from pipeline.spark.writer import TaskPlan
 
@@ -85,24 +87,21 @@ class TableStatus:
 
 
 class PipelineTables(Protocol):
-    """A pipeline's opened tables (``IcebergSinks``, ``HudiSinks``, ``DualSinks``)."""
+    """A pipeline's opened tables (``IcebergTables``, ``HudiTables``, ``DualTables``)."""
 
     @property
-    def main(self) -> Any: ...  # a TableCommitter
+    def main(self) -> TableCommitter: ...
 
     @property
-    def dead_letter(self) -> Any | None: ...
+    def dead_letter(self) -> TableCommitter | None: ...
 
     @property
     def data_ddl(self) -> str: ...  # Spark DDL of the decoded (non-Kafka) columns
 
-    def timeline(self, pipeline_id: str) -> Any: ...  # the instant journal
+    def timeline(self, pipeline_id: str) -> InstantTimeline: ...  # the instant journal
 
     def task_plan(
-        self,
-        write_uuid: str,
-        drop_below: Mapping[TopicPartition, int] | None = None,
-        faults: str | None = None,
+        self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan: ...
 
 

@@ -19,7 +19,7 @@ The two main tables act as one ``TableCommitter`` for the coordinator:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,16 +28,17 @@ import pyarrow as pa
 
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.faults import FaultPoints
-from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.formats.base import TableSet, TableStatus
 from pipeline.formats.hudi.format import HudiFormat
-from pipeline.formats.hudi.sinks import HudiSinks
 from pipeline.formats.hudi.status import hudi_table_status
+from pipeline.formats.hudi.tables import HudiTables
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.formats.iceberg.format import IcebergFormat
-from pipeline.formats.iceberg.sinks import IcebergCommitter, IcebergSinks
 from pipeline.formats.iceberg.status import iceberg_table_status
+from pipeline.formats.iceberg.tables import IcebergCommitter, IcebergTables
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.spark.writer import TaskPlan
 
@@ -73,27 +74,11 @@ class DualCommitter:
         Hudi table; Iceberg files may live anywhere in the warehouse or object store)."""
         return self.hudi if self.hudi.owns(path) else self.iceberg
 
-    def is_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
-        return self.iceberg.is_committed(
-            pipeline_id, incarnation, batch_id, batch_end
-        ) and self.hudi.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        return self.iceberg.is_committed(batch, end) and self.hudi.is_committed(batch, end)
 
-    def any_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
-        return self.iceberg.is_committed(
-            pipeline_id, incarnation, batch_id, batch_end
-        ) or self.hudi.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        return self.iceberg.is_committed(batch, end) or self.hudi.is_committed(batch, end)
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         # the tables commit in order (Iceberg first): Hudi's offsets are never ahead
@@ -162,20 +147,20 @@ class DualCommitter:
 
 
 @dataclass
-class DualSinks:
+class DualTables:
     main: DualCommitter
     dead_letter: IcebergCommitter | None
-    iceberg: IcebergSinks
-    hudi: HudiSinks
+    iceberg: IcebergTables
+    hudi: HudiTables
     data_ddl: str
 
     @classmethod
-    def from_config(cls, cfg: PipelineConfig, faults: FaultPoints) -> DualSinks:
+    def from_config(cls, cfg: PipelineConfig, faults: FaultPoints) -> DualTables:
         # at-least-once: no journal; the Hudi writer mints a fresh instant per batch
-        iceberg = IcebergSinks.from_config(cfg)
+        iceberg = IcebergTables.from_config(cfg)
         # sink.partitionBy partitions the Iceberg table only; dead letters live in the
         # Iceberg dead-letter table
-        hudi = HudiSinks.open(cfg, own_dead_letters=False)
+        hudi = HudiTables.open(cfg, own_dead_letters=False)
         return cls(
             main=DualCommitter(iceberg.main, hudi.main, faults),
             dead_letter=iceberg.dead_letter,
@@ -188,10 +173,7 @@ class DualSinks:
         return self.hudi.timeline(pipeline_id)  # mints above the Hudi table's timeline
 
     def task_plan(
-        self,
-        write_uuid: str,
-        drop_below: Mapping[TopicPartition, int] | None = None,
-        faults: str | None = None,
+        self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan:
         ice = self.iceberg.task_plan(write_uuid, drop_below, faults)
         hudi_ctx = self.hudi.main.write_context(write_uuid, self.hudi.target_file_size_bytes)
@@ -214,8 +196,8 @@ class DualFormat:
 
     name = "both"
 
-    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> DualSinks:
-        return DualSinks.from_config(cfg, faults if faults is not None else FaultPoints())
+    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> DualTables:
+        return DualTables.from_config(cfg, faults if faults is not None else FaultPoints())
 
     def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
         return IcebergFormat().writable_paths(cfg) + HudiFormat().writable_paths(cfg)

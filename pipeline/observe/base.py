@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.commit.offsets import TopicPartition
+from pipeline.commit.types import BatchOutcome
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class RunInfo:
 class PipelineObserver(Protocol):
     def on_start(self, info: RunInfo) -> None: ...
 
-    def on_outcome(self, outcome: Any) -> None: ...
+    def on_outcome(self, outcome: BatchOutcome) -> None: ...
 
     def on_failure(self, exc: BaseException, batch_id: int | None) -> None: ...
 
@@ -58,7 +59,7 @@ class Observer:
     def on_start(self, info: RunInfo) -> None:
         pass
 
-    def on_outcome(self, outcome: Any) -> None:
+    def on_outcome(self, outcome: BatchOutcome) -> None:
         pass
 
     def on_failure(self, exc: BaseException, batch_id: int | None) -> None:
@@ -74,7 +75,7 @@ class OutcomeCallback(Observer):
     def __init__(self, fn: Callable[[Any], None]) -> None:
         self._fn = fn
 
-    def on_outcome(self, outcome: Any) -> None:
+    def on_outcome(self, outcome: BatchOutcome) -> None:
         self._fn(outcome)
 
 
@@ -107,7 +108,7 @@ class Observers:
     def start(self, info: RunInfo) -> None:
         self._each("on_start", lambda o: o.on_start(info))
 
-    def outcome(self, outcome: Any) -> None:
+    def outcome(self, outcome: BatchOutcome) -> None:
         self._each(
             f"on_outcome (batch {getattr(outcome, 'batch_id', '?')})",
             lambda o: o.on_outcome(outcome),

@@ -78,38 +78,18 @@ from prometheus_client.registry import Collector
 
 from pipeline.commit.offsets import BrokerOffsets, TopicPartition
 from pipeline.observe.accounting import (
-    BATCH_OUTCOMES,
-    COMMITTING_OUTCOMES,
-    OTHER,
-    OUTCOME_ALIASES,
     OUTCOMES,
     PHASES,
     OutcomeAccounting,
-    OutcomeLike,
-    is_fencing_error,
     one_line,
-    split_by_weight,
 )
 from pipeline.observe.health import HealthServer
-from pipeline.observe.lag import LagExport, LagFetch
+from pipeline.observe.lag import LagExport
 
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig
 
-__all__ = [
-    "BATCH_OUTCOMES",
-    "COMMITTING_OUTCOMES",
-    "OTHER",
-    "OUTCOMES",
-    "OUTCOME_ALIASES",
-    "PHASES",
-    "LagFetch",
-    "OutcomeLike",
-    "PipelineMetrics",
-    "is_fencing_error",
-    "one_line",
-    "split_by_weight",
-]
+__all__ = ["PipelineMetrics"]  # outcome vocabulary: pipeline.observe.accounting
 
 _PHASE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 

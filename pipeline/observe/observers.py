@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.offsets import BrokerOffsets, TopicPartition
+from pipeline.commit.types import BatchOutcome
 from pipeline.observe.accounting import is_fencing_error
 from pipeline.observe.base import Observer, RunInfo
 from pipeline.observe.lag import KafkaLagSource, LagFetch
@@ -75,7 +76,7 @@ class MetricsObserver(Observer):
             self.metrics.watch_query(info.query)
         self._export_pending()
 
-    def on_outcome(self, outcome: Any) -> None:
+    def on_outcome(self, outcome: BatchOutcome) -> None:
         try:
             self.metrics.observe_outcome(outcome)
             self._export_pending()
@@ -139,7 +140,7 @@ class BatchLogObserver(Observer):
     def on_start(self, info: RunInfo) -> None:
         self.epoch = info.epoch
 
-    def on_outcome(self, outcome: Any) -> None:
+    def on_outcome(self, outcome: BatchOutcome) -> None:
         try:
             self._log.info(batch_log_line(outcome, pipeline_id=self.pipeline_id, epoch=self.epoch))
         except Exception:

@@ -227,8 +227,9 @@ def run_demo(
             TopicPartition(t, p): range(first, last + 1)
             for (t, p), (first, last) in result["r"].offsets.items()
         }
-        main = pipeline.sinks.main.table()
-        dlq = pipeline.sinks.dead_letter.table() if pipeline.sinks.dead_letter else None
+        tables: Any = pipeline.tables  # the demo writes Iceberg tables: pyiceberg reads them
+        main = tables.main.table()
+        dlq = tables.dead_letter.table() if tables.dead_letter else None
         present = offsets_by_partition(
             b
             for t in (main, dlq)

@@ -264,11 +264,11 @@ def print_offsets_and_lag(
         )
 
 
-def _print_journal(cfg: PipelineConfig, sinks: Any, console: Console) -> None:
+def _print_journal(cfg: PipelineConfig, tables: Any, console: Console) -> None:
     if cfg.commit.mode != "exactly-once":
         console.print("commit mode at-least-once: no instant journal, no fencing")
         return
-    timeline = sinks.timeline(cfg.id)
+    timeline = tables.timeline(cfg.id)
     epochs = timeline.epochs()
     console.print(f"writer epoch: {epochs[-1] if epochs else 'none acquired yet'}")
     pending = timeline.pending()

@@ -177,7 +177,7 @@ def iceberg_coords(*committers: Any) -> Counter[Coord]:
 
 def coords(pipeline: Any) -> Counter[Coord]:
     """(topic, partition, offset) over a pipeline's main and dead-letter Iceberg tables."""
-    return iceberg_coords(pipeline.sinks.main, pipeline.sinks.dead_letter)
+    return iceberg_coords(pipeline.tables.main, pipeline.tables.dead_letter)
 
 
 # -- Hudi tables, read through hudi-rs (the ``hudi`` package), an independent reader ----------

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.errors import CommitError, FencedError
@@ -187,27 +188,21 @@ class MemTable:
                 return None
         return None
 
-    def is_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         self._at("is_committed")
         with self._lock:
-            return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
+            return (
+                self._find_batch(batch.pipeline_id, batch.incarnation, batch.batch_id, end)
+                is not None
+            )
 
-    def any_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
+    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         """One table: the same as ``is_committed`` (no scheduling point of its own)."""
         with self._lock:
-            return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
+            return (
+                self._find_batch(batch.pipeline_id, batch.incarnation, batch.batch_id, end)
+                is not None
+            )
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         self._at("committed_offsets")

@@ -14,8 +14,8 @@ docs/hudi.md for why). Modules:
 * :mod:`~pipeline.formats.hudi.committer` -- :class:`HudiCommitter`,
   the coordinator's ``TableCommitter``.
 * :mod:`~pipeline.formats.hudi.journal` -- the instant journal kept inside ``.hoodie/.ingest/``.
-* :mod:`~pipeline.formats.hudi.sinks`   -- :class:`HudiSinks`, built from the pipeline
-  config like ``IcebergSinks``.
+* :mod:`~pipeline.formats.hudi.tables`   -- :class:`HudiTables`, built from the pipeline
+  config like ``IcebergTables``.
 * :mod:`~pipeline.formats.hudi.format`  -- :class:`HudiFormat`, the ``TableFormat``.
 * :mod:`~pipeline.formats.hudi.status`  -- what ``ingest status`` shows for a Hudi table.
 """

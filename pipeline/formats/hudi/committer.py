@@ -44,7 +44,7 @@ from typing import Any
 
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint
 from pipeline.commit.history import carry_forward, forgettable
-from pipeline.commit.instant import next_instant_time
+from pipeline.commit.instant import BatchIdentity, next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError, FencedError
@@ -166,24 +166,14 @@ class HudiCommitter:
                 return None  # batches of one incarnation commit in order
         return None
 
-    def is_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
-        return self._find_batch(pipeline_id, incarnation, batch_id, batch_end) is not None
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        return (
+            self._find_batch(batch.pipeline_id, batch.incarnation, batch.batch_id, end) is not None
+        )
 
-    def any_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
+    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         """One table: the same as :meth:`is_committed`."""
-        return self.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+        return self.is_committed(batch, end)
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         cp = self.latest_checkpoint(pipeline_id)

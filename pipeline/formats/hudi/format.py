@@ -25,9 +25,9 @@ class HudiFormat:
     name = "hudi"
 
     def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> Any:
-        from pipeline.formats.hudi.sinks import HudiSinks
+        from pipeline.formats.hudi.tables import HudiTables
 
-        return HudiSinks.from_config(cfg)
+        return HudiTables.from_config(cfg)
 
     def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
         if cfg.sink.hudi is None:

@@ -14,9 +14,9 @@ class IcebergFormat:
     name = "iceberg"
 
     def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> Any:
-        from pipeline.formats.iceberg.sinks import IcebergSinks
+        from pipeline.formats.iceberg.tables import IcebergTables
 
-        return IcebergSinks.from_config(cfg)
+        return IcebergTables.from_config(cfg)
 
     def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
         return [("sink.catalog.warehouse", cfg.sink.catalog.warehouse)]

@@ -4,16 +4,16 @@ last batch there (plain data; ``pipeline.tools.status`` renders it)."""
 from __future__ import annotations
 
 from pipeline.formats.base import LastBatch, TableStatus
-from pipeline.formats.iceberg.sinks import IcebergCommitter
+from pipeline.formats.iceberg.tables import IcebergCommitter
 
 
 def iceberg_table_status(committer: IcebergCommitter, pipeline_id: str) -> TableStatus:
     """The Iceberg table's snapshots and ``pipeline_id``'s last batch there."""
-    name = f"table {committer.sink.name}"
+    name = f"table {committer.iceberg.name}"
     table = committer.table()
     if table is None:
         return TableStatus(name, "", exists=False)
-    cp = committer.sink.latest_checkpoint(pipeline_id)
+    cp = committer.iceberg.latest_checkpoint(pipeline_id)
     last = None
     if cp is not None:
         head = table.current_snapshot()

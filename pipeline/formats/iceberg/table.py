@@ -3,7 +3,7 @@
 Every commit is ONE Iceberg snapshot (a merge-append) whose summary carries the
 consumption checkpoint (DESIGN invariant 2): pipeline id, checkpoint incarnation, batch
 id, writer epoch, this commit's offset ranges and the cumulative committed offsets. The
-table alone therefore tells what was ingested; :meth:`IcebergTableSink.latest_checkpoint`
+table alone therefore tells what was ingested; :meth:`IcebergTable.latest_checkpoint`
 reads it back by walking the snapshot ancestry.
 
 pyiceberg details this module relies on (pyiceberg 0.12):
@@ -92,7 +92,7 @@ from pipeline.formats.iceberg.writer import WriteContext, deserialize_data_file
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-__all__ = ["IcebergTableSink", "load_catalog"]
+__all__ = ["IcebergTable", "load_catalog"]
 
 # The ``ingest.*`` snapshot summary keys and the checkpoint codec (DESIGN invariant 2):
 # pipeline.commit.checkpoint (format-neutral, shared with the Hudi sink).
@@ -103,7 +103,7 @@ __all__ = ["IcebergTableSink", "load_catalog"]
 # ---------------------------------------------------------------------------------------
 
 
-class IcebergTableSink:
+class IcebergTable:
     """One Iceberg table as a commit target for one pipeline's batches."""
 
     def __init__(

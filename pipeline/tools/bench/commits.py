@@ -4,7 +4,7 @@ A :class:`~pipeline.app.Pipeline` is built from a bench configuration *without* 
 coordinator runs batch after batch (``Coordinator.run_batch``: recover/dedupe checks,
 REQUESTED, staging, INFLIGHT precommit, the table commit, COMPLETED) and each batch's
 files are staged by the real worker code (``pipeline.spark.writer.run_task`` with the
-sinks' task plan: tiny Parquet / Hudi base files of ``ROWS`` rows). The journal is
+tables' task plan: tiny Parquet / Hudi base files of ``ROWS`` rows). The journal is
 purged every 50 batches as ``Pipeline.process_batch`` does.
 
 Per commit it records the protocol time (everything but staging) and the ``precommit``
@@ -135,7 +135,7 @@ class _CommitRunner:
 
         def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
             t0 = time.perf_counter()
-            plan = self.pipe.sinks.task_plan(write_id, drop_below)
+            plan = self.pipe.tables.task_plan(write_id, drop_below)
             out = [r for b in run_task(plan, iter([rows]), i) for r in b.to_pylist()]
             staged = collect_staged(out)
             staging.append(time.perf_counter() - t0)
@@ -193,9 +193,9 @@ def _main_kind(cfg: Any) -> str:
 def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
     """Sizes that grow with the commit count and that each commit reads or rewrites."""
     if _main_kind(pipe.cfg) == "hudi":
-        meta = pipe.sinks.main.hudi.paths.meta
+        meta = pipe.tables.main.hudi.paths.meta
         return {"timeline_files": len(os.listdir(meta))}
-    table = pipe.sinks.main.table()
+    table = pipe.tables.main.table()
     location = str(table.metadata_location)
     size = (
         os.path.getsize(location.removeprefix("file://"))

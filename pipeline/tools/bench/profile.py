@@ -4,7 +4,7 @@ What a Spark task does for a batch, minus Spark: ``pipeline.source.reader.read_r
 (Kafka → Arrow) over every partition of the bench topic, the JSON values decoded into the
 table's columns (Arrow's JSON reader stands in for Spark's ``from_json``, which runs in
 the JVM and is not visible to a Python profiler), and ``pipeline.spark.writer.run_task``
-with the Iceberg sinks' task plan (staging real Parquet files). The HTML and text reports
+with the Iceberg tables' task plan (staging real Parquet files). The HTML and text reports
 go to ``<out>/profile.html`` / ``profile.txt`` for whoever works on the hot path.
 """
 
@@ -73,7 +73,7 @@ def profile_hot_path(ctx: Any, out: Path) -> dict[str, Any]:
     data_schema, _ = _table_schemas()
     marks = ctx.broker.watermarks(ds.topic, ds.partitions)
     ranges = [OffsetRange(ds.topic, p, lo, hi) for p, (lo, hi) in marks.items()]
-    plan = pipe.sinks.task_plan(f"profile-{uuid.uuid4().hex[:8]}")
+    plan = pipe.tables.task_plan(f"profile-{uuid.uuid4().hex[:8]}")
     profiler = Profiler(interval=0.001)
     t0 = time.perf_counter()
     profiler.start()

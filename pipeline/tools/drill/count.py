@@ -34,11 +34,11 @@ class Count:
 
 def _iceberg_batches(cfg: PipelineConfig, identifier: str) -> Iterator[pa.RecordBatch]:
     """Coordinates of the pipeline's Iceberg table ``identifier`` (main or dead-letter)."""
-    from pipeline.formats.iceberg.sinks import IcebergSinks
+    from pipeline.formats.iceberg.tables import IcebergTables
 
-    sinks = IcebergSinks.from_config(cfg)
-    for committer in (sinks.main, sinks.dead_letter):
-        if committer is None or committer.sink.name != identifier:
+    tables = IcebergTables.from_config(cfg)
+    for committer in (tables.main, tables.dead_letter):
+        if committer is None or committer.iceberg.name != identifier:
             continue
         table = committer.table()
         if table is not None:

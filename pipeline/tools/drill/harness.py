@@ -38,7 +38,7 @@ from pipeline.errors import PipelineError
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Recovery, Sample
 
 ROOT = Path(__file__).resolve().parents[3]
-# one line per recommit attempt, logged before its commit (pipeline/commit/coordinator.py)
+# one line per recommit attempt, logged before its commit (pipeline/commit/recovery.py)
 RECOMMIT_LINE = re.compile(r"instant (\d{17}) \(batch \d+\) recommitting")
 SAMPLE_S = 0.5
 TRIGGER = "1 second"
@@ -312,7 +312,7 @@ class Rig:
         self.recoveries: list[Recovery] = []
         self.committed = 0
         self.commit_count = 0  # increases of the committed offsets seen by the sampler
-        self._sinks: Any = None
+        self._tables: Any = None
         self._stop = threading.Event()
         # samples (the loop's, a restart's) and fresh reads never interleave
         self._sample_lock = threading.RLock()
@@ -385,27 +385,27 @@ class Rig:
             self.event("kill", detail or f"SIGKILL driver {d.n}")
 
     # -- observation ------------------------------------------------------------------
-    def sinks(self) -> Any:
+    def tables(self) -> Any:
         """Read-only table handles for observing. They try the catalog once (no
         ``catalogRetrySeconds`` patience): the drill must keep its clock and schedule
         while the catalog is down, not wait with the driver."""
-        if self._sinks is None:
+        if self._tables is None:
             cfg = self.cfg.model_copy(
                 update={"commit": self.cfg.commit.model_copy(update={"catalog_retry_seconds": 0})}
             )
             from pipeline.formats.registry import open_tables
 
-            self._sinks = open_tables(cfg)
-        return self._sinks
+            self._tables = open_tables(cfg)
+        return self._tables
 
     def committed_offsets(self, fresh: bool = False) -> dict[TopicPartition, int]:
         """The main table's committed end offsets; ``fresh``: through new table handles,
         not a view cached for up to a second."""
         if fresh:
             with self._sample_lock:
-                self._sinks = None
+                self._tables = None
                 return self.committed_offsets()
-        off = self.sinks().main.committed_offsets(self.cfg.id)
+        off = self.tables().main.committed_offsets(self.cfg.id)
         return dict(off or {})
 
     def _sample_loop(self) -> None:
@@ -419,7 +419,7 @@ class Rig:
         try:
             committed = sum(self.committed_offsets(fresh).values())
         except Exception:  # catalog down or table mid-creation: keep the last value
-            self._sinks = None
+            self._tables = None
             committed = self.committed
         t = round(self.now(), 2)
         if committed > self.committed:
@@ -483,7 +483,7 @@ class Rig:
         try:
             from pipeline.commit.instant import InstantState
 
-            timeline = self.sinks().timeline(self.cfg.id)
+            timeline = self.tables().timeline(self.cfg.id)
             self.result.rollbacks = sum(
                 1 for i in timeline.instants() if i.state is InstantState.ROLLED_BACK
             )

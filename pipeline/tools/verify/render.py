@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from pipeline.tools.verify.model import PartitionVerdict, VerifyReport
+from pipeline.tools.verify.model import COUNT_FIELDS, PartitionVerdict, VerifyReport
 
 WIDE = 1000  # columns of a console that is not a terminal: tables at their natural width
 
@@ -32,16 +32,9 @@ def print_report(console: Console, report: VerifyReport) -> None:
     table = RichTable(title=title)
     for col in ("topic", "partition", "range"):
         table.add_column(col, justify="left" if col != "partition" else "right")
-    for col in (
-        "expected",
-        "present",
-        "missing",
-        "duplicated",
-        "mismatched",
-        "unexpected",
-        "unverifiable/lost",
-    ):
-        table.add_column(col, justify="right")
+    for col in COUNT_FIELDS:
+        if col != "lost":  # one column with unverifiable
+            table.add_column("unverifiable/lost" if col == "unverifiable" else col, justify="right")
 
     def row(topic: str, partition: str, v: PartitionVerdict) -> list[str]:
         return [

@@ -1,4 +1,6 @@
-"""The pipeline's Iceberg tables (main + dead-letter) as coordinator commit targets."""
+"""The pipeline's Iceberg tables (main + dead-letter) as the coordinator's commit targets:
+:class:`IcebergCommitter` is the ``TableCommitter`` over one :class:`IcebergTable`;
+:class:`IcebergTables` opens both from the config and plans the workers' tasks."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import PipelineConfig
@@ -23,7 +26,7 @@ from pipeline.formats.columns import (
     table_columns,
 )
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
-from pipeline.formats.iceberg.table import IcebergTableSink, load_catalog
+from pipeline.formats.iceberg.table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.writer import deserialize_data_file, write_data_files
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for
@@ -31,24 +34,24 @@ from pipeline.storage.s3 import journal_store_for
 
 
 class IcebergCommitter:
-    """Adapts an ``IcebergTableSink`` to the coordinator's ``TableCommitter`` protocol."""
+    """Adapts an ``IcebergTable`` to the coordinator's ``TableCommitter`` protocol."""
 
-    def __init__(self, sink: IcebergTableSink, properties: Mapping[str, str] | None = None) -> None:
-        self.sink = sink
+    def __init__(self, table: IcebergTable, properties: Mapping[str, str] | None = None) -> None:
+        self.iceberg = table
         # FileIO-style properties (s3.endpoint, s3.access-key-id, ...) for file operations
         self.properties: dict[str, str] = dict(
-            properties if properties is not None else getattr(sink.catalog, "properties", {})
+            properties if properties is not None else getattr(table.catalog, "properties", {})
         )
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        return filesystem_for(self.sink.table_location(), self.properties)
+        return filesystem_for(self.iceberg.table_location(), self.properties)
 
     def latest_epoch(self, pipeline_id: str) -> int | None:
-        cp = self.sink.latest_checkpoint(pipeline_id)
+        cp = self.iceberg.latest_checkpoint(pipeline_id)
         return cp.epoch if cp is not None else None
 
     def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
-        self.sink.fence(pipeline_id, epoch, create=create)
+        self.iceberg.fence(pipeline_id, epoch, create=create)
 
     def describe(self, descriptor: bytes) -> tuple[str, int, int]:
         df = deserialize_data_file(descriptor)
@@ -74,7 +77,7 @@ class IcebergCommitter:
         """Data files whose name carries ``-<write_id>-`` (our writer's naming)."""
         fs, root = self._fs()
         selector = pafs.FileSelector(f"{root}/data", recursive=True, allow_not_found=True)
-        scheme = self.sink.table_location().split("://", 1)[0] + "://"
+        scheme = self.iceberg.table_location().split("://", 1)[0] + "://"
         marker = f"-{write_id}-"
         return [
             (scheme + i.path if scheme == "file://" else f"{scheme}{i.path}")
@@ -89,29 +92,17 @@ class IcebergCommitter:
         """Nothing beyond deleting the staged files (done by the coordinator)."""
 
     def journal_root(self, pipeline_id: str) -> str:
-        return f"{self.sink.table_location()}/_ingest/{pipeline_id}"
+        return f"{self.iceberg.table_location()}/_ingest/{pipeline_id}"
 
-    def is_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
-        return self.sink.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        return self.iceberg.is_committed(batch.pipeline_id, batch.incarnation, batch.batch_id, end)
 
-    def any_committed(
-        self,
-        pipeline_id: str,
-        incarnation: str,
-        batch_id: int,
-        batch_end: PartitionOffsets | None = None,
-    ) -> bool:
+    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         """One table: the same as :meth:`is_committed`."""
-        return self.is_committed(pipeline_id, incarnation, batch_id, batch_end)
+        return self.is_committed(batch, end)
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
-        cp = self.sink.latest_checkpoint(pipeline_id)
+        cp = self.iceberg.latest_checkpoint(pipeline_id)
         if cp is None:
             return None
         return PartitionOffsets(
@@ -123,24 +114,24 @@ class IcebergCommitter:
         snapshots excluded), or None."""
         from pipeline.commit.checkpoint import FENCE_KEY, PIPELINE_ID_KEY
 
-        table = self.sink.load()
+        table = self.iceberg.load()
         if table is None:
             return None
-        for snapshot in self.sink._ancestry(table):
+        for snapshot in self.iceberg._ancestry(table):
             summary = snapshot.summary.additional_properties if snapshot.summary else {}
             if summary.get(PIPELINE_ID_KEY) == pipeline_id and FENCE_KEY not in summary:
                 return float(snapshot.timestamp_ms) / 1000.0
         return None
 
     def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
-        self.sink.commit(files, checkpoint)
+        self.iceberg.commit(files, checkpoint)
 
     def table(self) -> Table | None:
-        return self.sink.load()
+        return self.iceberg.load()
 
 
 @dataclass
-class IcebergSinks:
+class IcebergTables:
     main: IcebergCommitter
     dead_letter: IcebergCommitter | None
     main_schema: Schema
@@ -148,7 +139,7 @@ class IcebergSinks:
     flush_bytes: int
 
     @classmethod
-    def from_config(cls, cfg: PipelineConfig) -> IcebergSinks:
+    def from_config(cls, cfg: PipelineConfig) -> IcebergTables:
         sink = cfg.sink
         catalog = load_catalog(sink.catalog.name, sink.catalog.pyiceberg_properties())
         raw = cfg.decode.raw
@@ -165,7 +156,7 @@ class IcebergSinks:
             **sink.table_properties,
         }
         patience = cfg.commit.catalog_retry_seconds
-        main = IcebergTableSink(
+        main = IcebergTable(
             catalog,
             sink.table,
             schema,
@@ -174,7 +165,7 @@ class IcebergSinks:
             catalog_retry_s=patience,
             max_snapshots=sink.max_snapshots,
         )
-        dead = IcebergTableSink(
+        dead = IcebergTable(
             catalog,
             sink.dead_letter_identifier,
             iceberg_schema(dead_letter_columns()),
@@ -197,19 +188,16 @@ class IcebergSinks:
         return InstantTimeline(journal_store_for(root, self.main.properties))
 
     def task_plan(
-        self,
-        write_uuid: str,
-        drop_below: Mapping[TopicPartition, int] | None = None,
-        faults: str | None = None,
+        self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan:
         dead: Any = self.dead_letter
         return TaskPlan(
             drop_below={(tp[0], tp[1]): off for tp, off in (drop_below or {}).items()},
             faults=faults,
             write_files=write_data_files,
-            main_ctx=self.main.sink.write_context(write_uuid),
+            main_ctx=self.main.iceberg.write_context(write_uuid),
             main_columns=tuple(f.name for f in self.main_schema.fields),
-            dead_letter_ctx=dead.sink.write_context(write_uuid) if dead else None,
+            dead_letter_ctx=dead.iceberg.write_context(write_uuid) if dead else None,
             dead_letter_columns=tuple(c.name for c in dead_letter_columns()),
             flush_bytes=self.flush_bytes,
         )

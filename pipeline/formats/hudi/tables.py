@@ -1,6 +1,6 @@
 """The pipeline's Hudi tables (main + dead-letter) as coordinator commit targets.
 
-Same surface as :class:`pipeline.formats.iceberg.sinks.IcebergSinks`: ``from_config``, ``main``,
+Same surface as :class:`pipeline.formats.iceberg.tables.IcebergTables`: ``from_config``, ``main``,
 ``dead_letter``, ``data_ddl``, ``timeline(pipeline_id)``, ``task_plan(...)``.
 
 The dead-letter table is a second Hudi table (unpartitioned, keyed by the Kafka
@@ -17,11 +17,10 @@ coordinator feeding several main tables can hold a ``HudiCommitter`` next to an
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from pipeline.commit.offsets import TopicPartition
+from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.formats.columns import (
@@ -39,7 +38,7 @@ from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.spark.writer import TaskPlan
 
-__all__ = ["HudiSinks", "local_base_path"]
+__all__ = ["HudiTables", "local_base_path"]
 
 
 def local_base_path(uri: str, key: str = "sink.hudi.basePath") -> str:
@@ -65,7 +64,7 @@ def _split_identifier(identifier: str) -> tuple[str, str]:
 
 
 @dataclass
-class HudiSinks:
+class HudiTables:
     main: HudiCommitter
     dead_letter: HudiCommitter | None
     data_ddl: str  # Spark DDL of the decoded (non-Kafka) columns
@@ -73,7 +72,7 @@ class HudiSinks:
     target_file_size_bytes: int
 
     @classmethod
-    def from_config(cls, cfg: PipelineConfig) -> HudiSinks:
+    def from_config(cls, cfg: PipelineConfig) -> HudiTables:
         if cfg.sink.partition_by:
             raise ConfigError(
                 "sink.partitionBy is for Iceberg tables; a Hudi table is partitioned by "
@@ -82,7 +81,7 @@ class HudiSinks:
         return cls.open(cfg)
 
     @classmethod
-    def open(cls, cfg: PipelineConfig, *, own_dead_letters: bool = True) -> HudiSinks:
+    def open(cls, cfg: PipelineConfig, *, own_dead_letters: bool = True) -> HudiTables:
         """The tables of ``cfg.sink.hudi``; ``sink.partitionBy`` (Iceberg partitioning)
         is not looked at. ``own_dead_letters`` False: the pipeline's dead letters go to
         another table (the ``both`` format: the Iceberg dead-letter table), so the
@@ -143,10 +142,7 @@ class HudiSinks:
         return HudiInstantTimeline(store, self.tables())
 
     def task_plan(
-        self,
-        write_uuid: str,
-        drop_below: Mapping[TopicPartition, int] | None = None,
-        faults: str | None = None,
+        self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan:
         main_ctx = self.main.write_context(write_uuid, self.target_file_size_bytes)
         try:

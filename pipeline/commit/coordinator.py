@@ -248,15 +248,15 @@ class Coordinator(Recovery):
         t0 = time.monotonic()
         checkpoint = self._checkpoint(inf)
         b = inf.batch
-        dead = [f.descriptor for f in inf.files_of(DEAD_LETTER)]
+        main_files, dead_files = inf.files_of(MAIN), inf.files_of(DEAD_LETTER)
+        dead = [f.descriptor for f in dead_files]
         if dead and self.dead_letter is not None and not self.dead_letter.is_committed(b, inf.end):
             self.dead_letter.commit(dead, checkpoint)
         self.faults.hit("after-dead-letter-commit", batch_id)
-        self.main.commit([f.descriptor for f in inf.files_of(MAIN)], checkpoint)
+        self.main.commit([f.descriptor for f in main_files], checkpoint)
         self.faults.hit("after-commit", batch_id)
         self.timeline.complete(inf.time)
         self.faults.hit("after-commit-before-checkpoint", batch_id)
-        dead_files = inf.files_of(DEAD_LETTER)
         return BatchOutcome(
             batch_id,
             Outcome.COMMITTED,
@@ -268,7 +268,7 @@ class Coordinator(Recovery):
             ranges=inf.ranges,
             committed=inf.committed,
             timings={"commit": time.monotonic() - t0},
-            bytes=sum(f.size for f in inf.files_of(MAIN)),
+            bytes=sum(f.size for f in main_files),
             dead_letter_files=len(dead_files),
             dead_letter_bytes=sum(f.size for f in dead_files),
             data_loss=dict(inf.data_loss),

@@ -1,9 +1,9 @@
 """Builds and runs the streaming query described by a ``PipelineConfig``.
 
-    ingest_kafka source ──▶ decode (Spark JSON) ──▶ foreachBatch ──▶ Coordinator
-                                                      │ mapInArrow: workers stage files
-                                                      ▼
-                                           one Iceberg snapshot per batch
+    ingest_kafka source ──▶ foreachBatch ──▶ Coordinator
+                                 │ mapInArrow: workers read, decode and stage files
+                                 ▼
+                      one table commit per batch
 
 The driver process holds the coordinator (and later the metrics registry); the source's
 planner and the writers run in Spark's Python workers.
@@ -235,6 +235,7 @@ class Pipeline:
             decode=self.cfg.decode,
             source=self.cfg.source,
             consumer_conf=self.sources_conf(),
+            data_ddl=self.tables.data_ddl,
             faults=armed or None,
         )
         try:
@@ -395,7 +396,6 @@ class Pipeline:
         return query
 
     def _start_query(self) -> Any:
-        from pipeline.decode.spark import decode
         from pipeline.source.datasource import SOURCE_NAME
 
         if not self._broker_checked:  # run() already checked it
@@ -411,10 +411,9 @@ class Pipeline:
         if "startingTimestamp" in opts:
             self._starting_offsets = None  # timestamps win over startingOffsets
         reader = spark.readStream.format(SOURCE_NAME).options(**opts)
-        decoded = decode(
-            reader.load(), self.cfg.decode, self.tables.data_ddl, self.cfg.source.include_headers
-        )
-        writer = decoded.writeStream.foreachBatch(self.process_batch).option(
+        # Raw Kafka rows: the batch writer decodes (spark/batch.py), so Spark has no decode
+        # plan to re-analyse every batch when the arrow engine never runs it.
+        writer = reader.load().writeStream.foreachBatch(self.process_batch).option(
             "checkpointLocation", self.cfg.checkpoint_location
         )
         t = self.cfg.trigger

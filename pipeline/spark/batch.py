@@ -1,7 +1,7 @@
 """Driver side of the worker path: one micro-batch's Spark job that stages files.
 
     BatchWriter.write(write_id, drop_below)
-        ├─ decode.engine spark (or no explicit start): df.mapInArrow(run_task)   (spark/writer)
+        ├─ decode.engine spark (or no explicit start): decode(df).mapInArrow(run_task)
         └─ decode.engine arrow: spark.range(n).mapInArrow(read_ranges → decode → run_task)
                                                    → collect_staged → StagedBatch
 
@@ -19,6 +19,7 @@ from typing import Any
 from pipeline.commit.offsets import PartitionOffsets, batch_ranges, pack_ranges, split_ranges
 from pipeline.commit.types import StagedBatch
 from pipeline.config import DecodeConfig, SourceConfig
+from pipeline.decode.spark import decode
 from pipeline.spark.writer import (
     RESULT_DDL,
     ReadPlan,
@@ -36,13 +37,14 @@ TaskPlanner = Callable[[str, PartitionOffsets, "str | None"], TaskPlan]
 class BatchWriter:
     """Stages one batch's files through Spark tasks; see the module docstring."""
 
-    df: Any  # the batch's DataFrame (decoded rows); unused by the arrow engine
+    df: Any  # the batch's DataFrame (raw Kafka rows); unused by the arrow engine
     start: PartitionOffsets | None  # where the batch starts, when known on the driver
     end: PartitionOffsets
     plan: TaskPlanner
     decode: DecodeConfig
     source: SourceConfig
     consumer_conf: dict[str, Any]
+    data_ddl: str  # the table's data columns, for the Spark engine's decode
     faults: str | None = None  # armed "mid-write" fault points, for the tasks
 
     def write(self, write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
@@ -50,7 +52,10 @@ class BatchWriter:
         if self.decode.engine == "arrow" and self.start is not None:
             # the DataFrame is never touched: tasks read the batch's ranges themselves
             return self._write_arrow(plan, self.start)
-        rows = self.df.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
+        # Decoded here, not in the streaming query: a plan Spark re-analyses every batch
+        # even when the arrow engine never runs it.
+        decoded = decode(self.df, self.decode, self.data_ddl, self.source.include_headers)
+        rows = decoded.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
         return collect_staged(r.asDict() for r in rows)
 
     def _write_arrow(self, plan: TaskPlan, start: PartitionOffsets) -> StagedBatch:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from pipeline.commit.offsets import OffsetRange
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.decode.spark import ERROR_COL
+from pipeline.spark.worker_process import settle
 
 RESULT_DDL = (
     "kind STRING, payload BINARY, topic STRING, partition INT, "
@@ -215,6 +216,7 @@ def make_task_function(
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seed, armed = _attempt(plan)
         yield from run_task(plan, batches, seed, armed)
+        settle()  # first task of this worker process: everything is imported by now
 
     return task
 
@@ -255,6 +257,7 @@ def make_read_task_function(
                     yield read.decoder.decode(raw)
 
         yield from run_task(plan, decoded(), seed, armed)
+        settle()
 
     return task
 

@@ -1,0 +1,33 @@
+"""What a reused Python worker process (``spark.python.worker.reuse``) does once, not per task.
+
+PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker. A full
+collection walks every object the collector tracks, and a worker that has imported
+pyiceberg, pydantic, pyarrow and confluent-kafka tracks hundreds of thousands of them,
+almost all module-level and immortal: measured here, 60-65 ms of CPU per task, two thirds
+of a small batch's cost in the worker (docs/bench.md, "Where the time goes").
+
+:func:`settle` moves everything alive at the end of a worker's first task setup into the
+collector's permanent generation (``gc.freeze``), so the per-task collections only walk
+what later tasks allocate. It runs once per process; what it freezes (module state plus one
+task's plan) is never collected, which is what a long-lived worker keeps anyway.
+"""
+
+from __future__ import annotations
+
+import gc
+
+_settled = False
+
+
+def settle() -> None:
+    """Freeze the objects alive now (once per process; later calls do nothing)."""
+    global _settled
+    if _settled:
+        return
+    _settled = True
+    gc.collect()  # what is garbage now is not frozen with the rest
+    gc.freeze()
+
+
+def settled() -> bool:
+    return _settled

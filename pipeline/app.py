@@ -413,8 +413,10 @@ class Pipeline:
         reader = spark.readStream.format(SOURCE_NAME).options(**opts)
         # Raw Kafka rows: the batch writer decodes (spark/batch.py), so Spark has no decode
         # plan to re-analyse every batch when the arrow engine never runs it.
-        writer = reader.load().writeStream.foreachBatch(self.process_batch).option(
-            "checkpointLocation", self.cfg.checkpoint_location
+        writer = (
+            reader.load()
+            .writeStream.foreachBatch(self.process_batch)
+            .option("checkpointLocation", self.cfg.checkpoint_location)
         )
         t = self.cfg.trigger
         if t.mode == "available-now":

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeline.cli import main
 from pipeline.tools.bench import stats
 from pipeline.tools.bench.driver import BatchLine
+from pipeline.tools.bench.fixed import fit, steady_window
 from pipeline.tools.bench.presets import QUICK
 from pipeline.tools.bench.report import CHARTS
 
@@ -31,6 +33,7 @@ SECTIONS = (
     "memory",
     "freshness",
     "cpu_per_record",
+    "fixed_cost",
 )
 
 
@@ -62,12 +65,90 @@ def test_steady_throughput_skips_the_first_batch() -> None:
         stats.steady_throughput(batches[:1])
 
 
+def test_linear_fit_recovers_intercept_and_slope() -> None:
+    xs = [2_000.0, 20_000.0, 200_000.0] * 3
+    ys = [0.1 + 12e-6 * x for x in xs]  # 0.1 s fixed + 12 s per million records
+    intercept, slope, r2 = stats.linear_fit(xs, ys)
+    assert intercept == pytest.approx(0.1) and slope == pytest.approx(12e-6) and r2 == 1.0
+    noisy = [y + (0.01 if i % 2 else -0.01) for i, y in enumerate(ys)]
+    intercept, slope, r2 = stats.linear_fit(xs, noisy)
+    assert intercept == pytest.approx(0.1, abs=0.02) and 0.99 < r2 < 1.0
+    assert all(math.isnan(v) for v in stats.linear_fit([5.0, 5.0], [1.0, 2.0]))  # one size
+    assert math.isnan(stats.linear_fit([1.0, 2.0], [3.0, 3.0])[2])  # constant y: no r²
+    points = [{"records": x, "cpu_s": 0.2 + 10e-6 * x, "wall_s": 0.05 + 5e-6 * x} for x in xs]
+    f = fit(points)
+    assert f["points"] == 9 and f["batch_sizes"] == [2_000, 20_000, 200_000]
+    assert f["intercept_cpu_s"] == pytest.approx(0.2) and f["slope_cpu_s_per_million"] == 10.0
+    assert f["intercept_wall_s"] == pytest.approx(0.05) and f["slope_wall_s_per_million"] == 5.0
+
+
+def test_steady_window_skips_the_warm_up() -> None:
+    done = [_line(i, 100, 100.0 + i) for i in range(12)]  # one commit a second
+    start, window = steady_window(done, warmup_s=2.0, steady_s=5.0) or (None, [])
+    assert start is not None and start.batch_id == 2  # first commit ≥ 2 s after the first
+    assert [b.batch_id for b in window] == [3, 4, 5, 6, 7]  # up to 5 s after the start
+    start, window = steady_window(done[:5], 2.0, 5.0) or (None, [])
+    assert [b.batch_id for b in window] == [3, 4]  # drained early: the shorter window
+    assert steady_window(done[:3], 2.0, 5.0) is None  # nothing after the warm-up
+    assert steady_window([], 2.0, 5.0) is None
+
+
+def test_payload_events_are_about_1_2_kb_and_keep_the_other_fields() -> None:
+    import json
+
+    from pipeline.tools.generator import GeneratorSpec, event_schema_fields, generate_events
+
+    plain = list(generate_events(GeneratorSpec(count=2_000, seed=7)))
+    big = list(generate_events(GeneratorSpec(count=2_000, seed=7, payload_bytes=940)))
+    assert big == list(generate_events(GeneratorSpec(count=2_000, seed=7, payload_bytes=940)))
+    assert 1_100 < sum(len(k) + len(v) for k, v in big) / len(big) < 1_350
+    assert 250 < sum(len(k) + len(v) for k, v in plain) / len(plain) < 300
+    for (_, a), (_, b) in zip(plain, big, strict=True):
+        assert {**json.loads(b), "payload": None} == {**json.loads(a), "payload": None}
+    assert "payload" not in [f["name"] for f in event_schema_fields()]
+    assert event_schema_fields(payload=True)[-1] == {
+        "name": "payload",
+        "type": "string",
+        "required": False,
+    }
+
+
 def _positive(x: object) -> bool:
     return isinstance(x, int | float) and x > 0 and math.isfinite(x)
 
 
+def _check_fixed_cost(fixed: dict[str, Any]) -> None:
+    """The quick preset's ``fixed_cost`` section: every run measured and counted, the fit
+    finite (its values on a shared host are noise; their presence and consistency are not)."""
+    assert fixed["batch_sizes"] == list(QUICK.fixed.batches)
+    assert [s["payload_bytes"] for s in fixed["sizes"]] == list(QUICK.fixed.payload_bytes)
+    for size in fixed["sizes"]:
+        assert size["raw_ceiling"]["records"] == size["dataset"]["records"]
+        assert _positive(size["raw_ceiling"]["cpu_seconds_per_million"])
+        assert len(size["runs"]) == len(QUICK.fixed.batches)
+        for r in size["runs"]:
+            assert r["batches"] >= 1 and _positive(r["steady_seconds"])
+            # what the batch log says was committed is what the table holds
+            assert r["records_in_table"] == r["records_committed_by_log"] >= r["records"]
+            mine = [p for p in size["points"] if p["run"] == r["name"]]
+            assert len(mine) == r["batches"] and sum(p["records"] for p in mine) == r["records"]
+            assert all(p["records"] <= r["max_records_per_trigger"] for p in mine)
+            for k in ("records_per_s", "mb_per_s", "cpu_seconds_per_million", "records_per_cpu_s"):
+                assert _positive(r[k]), (k, r)
+            assert set(r["cpu_seconds_per_million_by_role"]) >= {"driver", "jvm"}
+            assert r["bench_process_cpu_seconds"] >= 0
+        f = size["fit"]
+        assert f["points"] == len(size["points"]) and len(f["batch_sizes"]) >= 2
+        for k in ("intercept_cpu_s", "slope_cpu_s_per_million"):
+            assert isinstance(f[k], float) and math.isfinite(f[k]), (k, f)
+        for k in ("intercept_wall_s", "slope_wall_s_per_million"):
+            assert isinstance(f[k], float) and math.isfinite(f[k]), (k, f)
+        assert math.isfinite(size["marginal_ratio"])
+        assert set(size["within_target"]) >= {"intercept_cpu_s", "marginal_ratio"}
+
+
 # ~90 s on a quiet 2-core host; a host shared with other Spark jobs can take 10+ min.
-@pytest.mark.slow  # ≈ 2.5 min: a whole benchmark run; .ci/run runs it with -m slow
+@pytest.mark.slow  # ≈ 4 min: a whole benchmark run (fixed_cost: ~85 s); CI: -m slow
 @pytest.mark.timeout(1800)
 def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     out = tmp_path / "bench"
@@ -137,6 +218,8 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     cpu = report["cpu_per_record"]
     assert _positive(cpu["raw_consumer"])
     assert cpu["pipeline"] and all(_positive(v) for v in cpu["pipeline"].values())
+
+    _check_fixed_cost(report["fixed_cost"])
 
     for name in CHARTS:
         data = (out / name).read_bytes()

@@ -332,3 +332,47 @@ def test_run_broker_forever_and_test_broker_wrapper() -> None:
             name, timeout=5
         )
         assert len(md.topics[name].partitions) == 3
+
+
+def test_reader_reuses_one_consumer_and_emits_each_offset_once(broker: EmbeddedBroker) -> None:
+    """Consecutive reads keep one consumer (pipeline/source/consumers.py); records the
+    consumer prefetched beyond one range's end are never emitted twice by the next read;
+    a read that raises closes the consumer instead of handing it back."""
+    from pipeline.commit.offsets import OffsetRange
+    from pipeline.errors import DataLossError
+    from pipeline.kafka.client import consumer_config
+    from pipeline.source.consumers import POOL
+    from pipeline.source.reader import read_ranges
+
+    topic = unique_topic("kept")
+    broker.create_topic(topic, 2)
+    produce(broker.bootstrap_servers, topic, GeneratorSpec(count=4_000, seed=3))
+    conf = consumer_config(broker.bootstrap_servers)
+    POOL.close()
+    created = POOL.created
+    seen: list[tuple[int, int]] = []
+    # small ranges of a long partition: each read's fetch runs ahead of its range's end
+    for start in range(0, 1_000, 100):
+        ranges = [
+            OffsetRange(topic, 0, start, start + 100),
+            OffsetRange(topic, 1, start, start + 50),
+        ]
+        for batch in read_ranges(conf, ranges, stall_timeout_s=10):
+            seen += zip(
+                batch.column("partition").to_pylist(),
+                batch.column("offset").to_pylist(),
+                strict=True,
+            )
+    assert POOL.created == created + 1  # one consumer for ten reads
+    expected = [(0, o) for o in range(1_000)] + [
+        (1, o) for s in range(0, 1_000, 100) for o in range(s, s + 50)
+    ]
+    assert sorted(seen) == sorted(expected)  # every offset exactly once, nothing else
+    assert [o for p, o in seen if p == 0] == list(range(1_000))  # in offset order
+
+    beyond = [OffsetRange(topic, 0, 10_000, 10_001)]  # beyond the log: the read raises
+    with pytest.raises(DataLossError):
+        list(read_ranges(conf, beyond, stall_timeout_s=1))
+    list(read_ranges(conf, [OffsetRange(topic, 0, 0, 10)], stall_timeout_s=10))
+    assert POOL.created == created + 2  # the failed read's consumer was not reused
+    POOL.close()

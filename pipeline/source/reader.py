@@ -7,6 +7,10 @@ Invariants
     reached ``end``: offsets taken by transaction control records, aborted records
     (read_committed) or compaction never appear as messages, and waiting for them would
     stall the task forever.
+  * The consumer is leased from the worker process's pool (``source/consumers.py``) and
+    handed back unassigned after a read that ended normally; a record a kept consumer
+    delivers twice (a fetch of its previous assignment) is skipped by the per-partition
+    next-offset check, so the guarantee above does not rest on librdkafka alone.
   * Offsets that vanished (retention) raise ``DataLossError`` unless ``fail_on_data_loss``
     is false; then the reader jumps to the log start and the gap shows in the output
     (the first offset emitted is above the range start).
@@ -26,6 +30,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 
 from pipeline.commit.offsets import OffsetRange, TopicPartition
 from pipeline.errors import BrokerUnavailableError, DataLossError
+from pipeline.source.consumers import POOL
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -115,16 +120,20 @@ def read_ranges(
     if not todo:
         return
     schema = record_schema(include_headers)
-    consumer = Consumer(dict(consumer_conf))
-    try:
+    with POOL.lease(consumer_conf) as kept:
+        consumer = kept.consumer
         # Metadata first: assign() then fetches at once instead of after a refresh (~0.5 s).
-        for topic in {tp.topic for tp in todo}:
+        for topic in {tp.topic for tp in todo} - kept.topics_known:
             # brokers down: assign() waits for them instead, bounded by stall_timeout_s
             with contextlib.suppress(KafkaException):
                 consumer.list_topics(topic, timeout=10)
-        consumer.assign(
-            [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
-        )
+                kept.topics_known.add(topic)
+        assignment = [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
+        consumer.assign(assignment)
+        consumer.resume(assignment)  # a kept consumer's partitions may still be paused
+        # next offset to emit per partition: a record delivered twice (a fetch of an earlier
+        # assignment) is skipped, so the range's records come out once, in order
+        nxt: dict[tuple[str, int], int] = {tp: r.start for tp, r in todo.items()}
         cols = _Columns(include_headers)
         last_progress = time.monotonic()
         while todo:
@@ -138,18 +147,20 @@ def read_ranges(
                 err = msg.error()
                 if err is not None:
                     _handle_error(consumer, err, msg, todo, fail_on_data_loss)
+                    for tp, r in todo.items():
+                        nxt[tp] = max(nxt[tp], r.start)
                     continue
                 # set on messages without error; (topic, partition) == its TopicPartition
-                name: str = msg.topic()  # type: ignore[assignment]
-                partition: int = msg.partition()  # type: ignore[assignment]
+                key: tuple[str, int] = (msg.topic(), msg.partition())  # type: ignore[assignment]
                 off = msg.offset()
-                r = todo.get((name, partition))  # type: ignore[call-overload]
-                if r is None or off is None or off >= r.end or off < r.start:
+                r = todo.get(key)  # type: ignore[call-overload]
+                if r is None or off is None or off >= r.end or off < nxt[key]:
                     continue
+                nxt[key] = off + 1
                 keys(msg.key())
                 values(msg.value())
-                topics(name)
-                parts(partition)
+                topics(key[0])
+                parts(key[1])
                 offs(off)
                 kind, stamp = msg.timestamp()
                 kinds(kind)
@@ -175,8 +186,6 @@ def read_ranges(
                     )
         if len(cols):
             yield cols.to_batch(schema)
-    finally:
-        consumer.close()
 
 
 def consumer_position(consumer: Consumer, tp: TopicPartition) -> int:

@@ -52,13 +52,14 @@ _COUNTRIES = ("US", "DE", "GB", "FR", "IN", "BR", "JP", "CA", "AU", "ES", "IT", 
 _MALFORMED_KINDS = ("truncated", "wrong_type", "not_json")
 
 
-def event_schema_fields() -> list[dict[str, Any]]:
+def event_schema_fields(payload: bool = False) -> list[dict[str, Any]]:
     """Table schema of the generated events, Iceberg-style type names.
 
     ``amount`` and ``currency`` are null for events that carry no money (view, click,
-    search); everything else is always present.
+    search); everything else is always present. ``payload=True`` adds the optional string
+    field ``payload`` that :attr:`GeneratorSpec.payload_bytes` fills (larger records).
     """
-    return [
+    fields = [
         {"name": "event_id", "type": "string", "required": True},
         {"name": "user_id", "type": "string", "required": True},
         {"name": "event_type", "type": "string", "required": True},
@@ -70,6 +71,9 @@ def event_schema_fields() -> list[dict[str, Any]]:
         {"name": "device", "type": "string", "required": True},
         {"name": "country", "type": "string", "required": True},
     ]
+    if payload:
+        fields.append({"name": "payload", "type": "string", "required": False})
+    return fields
 
 
 def event_types() -> list[str]:
@@ -85,6 +89,9 @@ class GeneratorSpec:
     malformed_fraction: float = 0.0  # exactly round(count * fraction) malformed values
     seed: int = 42
     start_ts: datetime = DEFAULT_START_TS  # event time of the first event (UTC)
+    # mean length of an extra ``payload`` string (text-like, 0.5x-1.5x the mean; 0: none).
+    # The other fields stay byte-identical to the stream without it.
+    payload_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -95,6 +102,8 @@ class GeneratorSpec:
             raise ValueError("key_cardinality must be >= 1")
         if not 0.0 <= self.malformed_fraction <= 1.0:
             raise ValueError("malformed_fraction must be within [0, 1]")
+        if self.payload_bytes < 0:
+            raise ValueError("payload_bytes must be >= 0")
 
     @property
     def malformed_count(self) -> int:
@@ -130,9 +139,32 @@ def generate_events(spec: GeneratorSpec) -> Iterator[tuple[bytes, bytes]]:
         yield key, value
 
 
+_PAYLOAD_CORPUS_CHARS = 1 << 22  # 4 MiB: larger than a producer batch, so zstd sees text
+
+
+def _payloads(spec: GeneratorSpec) -> Callable[[], str]:
+    """A deterministic source of text-like payload strings (words of a fixed vocabulary,
+    compressing about like real text), drawn from a corpus built once per spec with its
+    own random stream: the events' other fields do not change."""
+    prng = random.Random(spec.seed ^ 0x5EED)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(prng.choices(letters, k=prng.randint(2, 10))) for _ in range(1024)]
+    words = prng.choices(vocab, k=_PAYLOAD_CORPUS_CHARS // 6)
+    corpus = " ".join(words)[:_PAYLOAD_CORPUS_CHARS]
+    lo, hi = spec.payload_bytes // 2, spec.payload_bytes * 3 // 2
+
+    def take() -> str:
+        n = prng.randint(lo, hi)
+        start = prng.randrange(0, len(corpus) - n)
+        return corpus[start : start + n]
+
+    return take
+
+
 def _generate(spec: GeneratorSpec) -> Iterator[tuple[bytes, bytes, bool]]:
     """(key, value, malformed) triples; see :func:`generate_events`."""
     rng = random.Random(spec.seed)
+    payload = _payloads(spec) if spec.payload_bytes > 0 else None
     names = [name for name, _ in _EVENT_TYPES]
     weights = [w for _, w in _EVENT_TYPES]
     sessions: dict[int, tuple[str, str, str, int]] = {}  # user -> (session, device, country, n)
@@ -180,6 +212,8 @@ def _generate(spec: GeneratorSpec) -> Iterator[tuple[bytes, bytes, bool]]:
             "device": device,
             "country": country,
         }
+        if payload is not None:
+            event["payload"] = payload()
         value = json.dumps(event, separators=(",", ":")).encode()
         # selection sampling: exactly malformed_count picks, uniformly spread
         bad = remaining_bad > 0 and rng.random() * (spec.count - i) < remaining_bad
@@ -212,7 +246,7 @@ def is_valid_event(value: bytes | None) -> bool:
         return False
     if not isinstance(obj, dict):
         return False
-    for f in event_schema_fields():
+    for f in event_schema_fields(payload=True):
         v = obj.get(f["name"])
         if v is None:
             if f["required"]:

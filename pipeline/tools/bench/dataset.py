@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from pipeline.tools.generator import GeneratorSpec, produce
 #: Records per partition that fit the mock's 5 MB retention with room to spare (measured:
 #: ~69k generated events per partition with zstd batches).
 RECORDS_PER_PARTITION = 50_000
+#: zstd-compressed bytes on the wire per record: ~72 for the plain events (5 MB / 69k), plus
+#: ~0.36 per payload byte (the generator's text payload compresses about 3x; measured).
+WIRE_BYTES_BASE, WIRE_BYTES_PER_PAYLOAD_BYTE = 72.0, 0.36
 PRODUCER_CONFIG = {"compression.type": "zstd", "linger.ms": "20", "batch.size": "1000000"}
 
 
@@ -34,8 +38,15 @@ class RetentionError(PipelineError):
     code = "bench-retention"
 
 
-def partitions_for(records: int, minimum: int = 8) -> int:
-    return max(minimum, math.ceil(records / RECORDS_PER_PARTITION))
+def records_per_partition(payload_bytes: int = 0) -> int:
+    """Records per partition that stay inside the mock's retention, for events with a
+    ``payload_bytes`` payload (0: the plain ~270 B events)."""
+    wire = WIRE_BYTES_BASE + WIRE_BYTES_PER_PAYLOAD_BYTE * payload_bytes
+    return int(RECORDS_PER_PARTITION * WIRE_BYTES_BASE / wire)
+
+
+def partitions_for(records: int, minimum: int = 8, payload_bytes: int = 0) -> int:
+    return max(minimum, math.ceil(records / records_per_partition(payload_bytes)))
 
 
 class BenchBroker:
@@ -79,6 +90,13 @@ class BenchBroker:
         finally:
             consumer.close()
 
+    def delete_topic(self, topic: str) -> None:
+        """Free the embedded broker's memory of a data set no longer needed (external: no-op)."""
+        if self.embedded is not None:
+            # an older librdkafka without the symbol: keep it
+            with contextlib.suppress(RuntimeError, NotImplementedError):
+                self.embedded.delete_topic(topic)
+
     def stop(self) -> None:
         if self.embedded is not None:
             self.embedded.stop()
@@ -90,6 +108,7 @@ class Dataset:
     partitions: int
     records: int
     produce_seconds: float
+    payload_bytes: int = 0  # GeneratorSpec.payload_bytes: 0 = ~270 B events, 940 = ~1.2 KB
 
     def check_retained(self, broker: BenchBroker) -> None:
         """Every partition still starts at 0 and holds what was produced."""
@@ -109,14 +128,18 @@ class Dataset:
 
 
 def produce_dataset(
-    broker: BenchBroker, records: int, partitions: int | None = None, seed: int = 7
+    broker: BenchBroker,
+    records: int,
+    partitions: int | None = None,
+    seed: int = 7,
+    payload_bytes: int = 0,
 ) -> Dataset:
     import time
 
-    parts = partitions or partitions_for(records)
+    parts = partitions or partitions_for(records, payload_bytes=payload_bytes)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, parts)
-    spec = GeneratorSpec(count=records, seed=seed)
+    spec = GeneratorSpec(count=records, seed=seed, payload_bytes=payload_bytes)
     t0 = time.monotonic()
     result = produce(
         broker.bootstrap_servers, topic, spec, partitions=parts, extra_config=PRODUCER_CONFIG
@@ -124,6 +147,6 @@ def produce_dataset(
     elapsed = time.monotonic() - t0
     if result.produced != records:
         raise PipelineError(f"produced {result.produced} of {records} bench records")
-    ds = Dataset(topic, parts, records, elapsed)
+    ds = Dataset(topic, parts, records, elapsed, payload_bytes)
     ds.check_retained(broker)
     return ds

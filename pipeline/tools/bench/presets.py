@@ -1,5 +1,6 @@
 """The two benchmark presets: ``quick`` (a smoke run, about a minute on a quiet 2-core
-host; used by the test) and ``full`` (the published report, about 12 minutes).
+host, plus ~1.5 min for the fixed-cost section's two driver processes; used by the test)
+and ``full`` (the published report, about 20 minutes, plus ~20 for the fixed-cost section).
 
 The throughput matrix is run in list order; exactly-once / at-least-once runs of the same
 format and cores alternate in A B B A order, so load that drifts during the runs hits both
@@ -16,6 +17,20 @@ EO, ALO = "exactly-once", "at-least-once"
 
 
 @dataclass(frozen=True)
+class FixedCostPlan:
+    """The ``fixed_cost`` section: per record size (``payload_bytes`` of the generator: 0 =
+    ~270 B events, 940 = ~1.2 KB) one data set of ``records[i]`` records, read from the
+    earliest offset by one ``ingest run`` per batch size; the first ``warmup_seconds``
+    after the first commit are skipped, then ``steady_seconds`` of batches are measured."""
+
+    payload_bytes: tuple[int, ...]
+    records: tuple[int, ...]  # per record size: enough for the fastest run's whole window
+    batches: tuple[int, ...]  # maxRecordsPerTrigger, one run each
+    warmup_seconds: float
+    steady_seconds: float
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     records: int
@@ -28,6 +43,7 @@ class Preset:
     early_window: tuple[int, int]
     late_window: tuple[int, int]
     postgres: bool  # also time Iceberg commits on PostgreSQL when one answers
+    fixed: FixedCostPlan
     timeout_s: float = 900.0  # per pipeline process
 
     def with_records(self, records: int) -> Preset:
@@ -52,6 +68,15 @@ QUICK = Preset(
     early_window=(1, 10),
     late_window=(91, 100),
     postgres=False,
+    # one record size (~1.2 KB) and two batch sizes: the fit, the raw ratio and the anchor
+    # comparison end to end in ~40 s; the full preset adds ~270 B and a third batch size
+    fixed=FixedCostPlan(
+        payload_bytes=(940,),
+        records=(100_000,),
+        batches=(500, 5_000),
+        warmup_seconds=2.0,
+        steady_seconds=5.0,
+    ),
     timeout_s=300.0,
 )
 
@@ -72,6 +97,16 @@ FULL = Preset(
     early_window=(1, 20),
     late_window=(990, 1_010),
     postgres=True,
+    # sized for ~20 s warm-up + 60 s window of the 200k-record batches with headroom:
+    # ~50k records/s at ~270 B, ~20k/s at ~1.2 KB on a quiet 2-core host; a run that
+    # drains the topic first reports its shorter window (steady_short)
+    fixed=FixedCostPlan(
+        payload_bytes=(0, 940),
+        records=(6_000_000, 2_400_000),
+        batches=(2_000, 20_000, 200_000),
+        warmup_seconds=20.0,
+        steady_seconds=60.0,
+    ),
 )
 
 PRESETS = {p.name: p for p in (QUICK, FULL)}

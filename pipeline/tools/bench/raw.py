@@ -36,12 +36,12 @@ POLL_BATCH = 10_000
 FLUSH_ROWS = 100_000
 
 
-def _table_schemas() -> tuple[pa.Schema, pa.Schema]:
+def _table_schemas(payload: bool = False) -> tuple[pa.Schema, pa.Schema]:
     """(Arrow schema of the decoded JSON fields, Arrow schema of the written file)."""
     from pipeline.formats.iceberg.schema import FieldSpec, arrow_schema, build_schema
     from pipeline.tools.generator import event_schema_fields
 
-    schema = build_schema([FieldSpec(**f) for f in event_schema_fields()])
+    schema = build_schema([FieldSpec(**f) for f in event_schema_fields(payload=payload)])
     file_schema = arrow_schema(schema)
     data = pa.schema(
         [
@@ -62,13 +62,15 @@ def _decode(values: list[bytes], data_schema: pa.Schema) -> pa.Table:
     )
 
 
-def consume_to_parquet(bootstrap: str, topic: str, partitions: int, out: Path) -> dict[str, Any]:
+def consume_to_parquet(
+    bootstrap: str, topic: str, partitions: int, out: Path, payload: bool = False
+) -> dict[str, Any]:
     from confluent_kafka import Consumer, KafkaException
     from confluent_kafka import TopicPartition as KTopicPartition
 
     from pipeline.kafka.client import consumer_config
 
-    data_schema, file_schema = _table_schemas()
+    data_schema, file_schema = _table_schemas(payload)
     consumer = Consumer(consumer_config(bootstrap, client_id="bench-raw"))
     ends = {
         p: consumer.get_watermark_offsets(KTopicPartition(topic, p), timeout=30)[1]
@@ -155,8 +157,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--topic", required=True)
     ap.add_argument("--partitions", type=int, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--payload", action="store_true", help="events carry the payload field")
     args = ap.parse_args(argv)
-    result = consume_to_parquet(args.bootstrap, args.topic, args.partitions, args.out)
+    result = consume_to_parquet(
+        args.bootstrap, args.topic, args.partitions, args.out, payload=args.payload
+    )
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -182,6 +182,25 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             f"p50 {fr['p50_s']}s / p99 {fr['p99_s']}s",
             f"{fr['rate_records_per_s']:,.0f} records/s, 1 s trigger",
         )
+    for size in report.get("fixed_cost", {}).get("sizes", []):
+        f = size["fit"]
+        ok = size["within_target"]
+        t.add_row(
+            f"fixed cost per batch {size['label']}",
+            f"{_fmt(f['intercept_cpu_s'], '.3f')} CPU-s / {_fmt(f['intercept_wall_s'], '.3f')} s",
+            f"+ {_fmt(f['slope_cpu_s_per_million'], '.1f')} CPU-s/M, "
+            f"{_fmt(f['slope_wall_s_per_million'], '.1f')} s/M (r² {_fmt(f['r2_cpu'], '.2f')}/"
+            f"{_fmt(f['r2_wall'], '.2f')}, {f['points']} batches); marginal "
+            f"x{_fmt(size['marginal_ratio'], '.2f')} raw; {_fmt(size['records_per_cpu_s'])}"
+            " records/CPU-s"
+            + (
+                f" (anchor {size['records_per_cpu_s_anchor']:,.0f})"
+                if size["records_per_cpu_s_anchor"]
+                else ""
+            )
+            + f"; within target: {', '.join(k for k, v in ok.items() if v) or 'none'}"
+            + ("; BROKER-BOUND?" if size["broker_bound"] else ""),
+        )
     cpu = report.get("cpu_per_record")
     if cpu:
         best = min(cpu["pipeline"].values()) if cpu["pipeline"] else None

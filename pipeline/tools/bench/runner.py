@@ -1,8 +1,9 @@
 """``ingest bench``: run the selected sections against one broker and write the report.
 
 Order: produce the data set once → raw ceiling → throughput matrix (which also yields the
-exactly-once overhead, commit-phase latencies and CPU per record) → memory sweep →
-freshness + recovery → commit-cost growth → report (JSON, console table, PNG charts).
+exactly-once overhead, commit-phase latencies and CPU per record) → memory sweep → fixed
+cost per batch (its own data sets and raw ceilings per record size) → freshness +
+recovery → commit-cost growth → report (JSON, console table, PNG charts).
 Sections not selected with ``--only`` are absent from ``report.json``; a section that
 needs another's runs (overhead, latency, cpu need throughput) pulls it in.
 """
@@ -40,6 +41,7 @@ SECTIONS = (
     "freshness",
     "recovery",
     "growth",
+    "fixed",
 )
 _NEEDS: dict[str, set[str]] = {
     "throughput": {"raw", "throughput"},
@@ -51,6 +53,7 @@ _NEEDS: dict[str, set[str]] = {
     "raw": {"raw"},
     "memory": {"memory"},
     "growth": {"growth"},
+    "fixed": {"fixed"},
 }
 
 
@@ -193,6 +196,10 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             report["cpu_per_record"] = sections.cpu_per_record(ctx)
         if "memory" in groups:
             report["memory"] = sections.memory(ctx)
+        if "fixed" in groups:
+            from pipeline.tools.bench.fixed import fixed_cost
+
+            report["fixed_cost"] = fixed_cost(ctx)
         if "freshness" in groups:
             fresh, recovery = sections.freshness_and_recovery(ctx)
             report["freshness"] = fresh

@@ -37,9 +37,10 @@ class RunSpec:
 
 
 def pipeline_config(
-    spec: RunSpec, name: str, workdir: Path, bootstrap: str, topic: str
+    spec: RunSpec, name: str, workdir: Path, bootstrap: str, topic: str, payload: bool = False
 ) -> dict[str, Any]:
-    """The YAML mapping for one run (camelCase keys as ``ingest run`` reads them)."""
+    """The YAML mapping for one run (camelCase keys as ``ingest run`` reads them);
+    ``payload``: the events carry the generator's ``payload`` field (in the schema)."""
     sink: dict[str, Any] = {
         "format": spec.format,
         "catalog": {"warehouse": str(workdir / "warehouse")},
@@ -61,7 +62,7 @@ def pipeline_config(
     return {
         "id": f"bench-{name}",
         "source": source,
-        "decode": {"schema": event_schema_fields()},
+        "decode": {"schema": event_schema_fields(payload=payload)},
         "sink": sink,
         "checkpointLocation": str(workdir / "checkpoint"),
         "trigger": trigger,

@@ -66,6 +66,7 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
             str(ds.partitions),
             "--out",
             str(out),
+            *(["--payload"] if ds.payload_bytes else []),
         ],
         capture_output=True,
         text=True,

@@ -61,3 +61,26 @@ def phase_values(batches: Sequence[BatchLine], phase: str) -> list[float]:
 
 def growth_ratio(early: float, late: float) -> float:
     return late / early if early > 0 else math.inf
+
+
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
+    """Ordinary least squares ``y = intercept + slope * x``: (intercept, slope, r²).
+
+    NaN throughout with fewer than two distinct ``x``; r² is NaN when ``y`` is constant.
+    """
+    n = len(xs)
+    if n != len(ys):
+        raise ValueError("xs and ys differ in length")
+    if n < 2:
+        return math.nan, math.nan, math.nan
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return math.nan, math.nan, math.nan
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    intercept = my - slope * mx
+    syy = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    r2 = 1.0 - ss_res / syy if syy > 0 else math.nan
+    return intercept, slope, r2

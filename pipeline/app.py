@@ -218,6 +218,7 @@ class Pipeline:
     def _process_batch(self, df: Any, batch_id: int) -> None:
         from pipeline.spark.batch import BatchWriter
         from pipeline.spark.offset_log import SparkOffsetLog
+        from pipeline.spark.settle import settle
 
         offset_log = SparkOffsetLog(df.sparkSession, self.cfg.checkpoint_location)
         end = offset_log.offsets(batch_id)
@@ -270,6 +271,7 @@ class Pipeline:
             outcome.files,
         )
         self.observers.outcome(outcome)
+        settle()  # after the first batch: the driver's imports and caches are in place
         if self.timeline is not None and batch_id % 50 == 0:
             self.timeline.purge_finished(self.cfg.commit.journal_retention)
 

@@ -376,13 +376,13 @@ def drill(
 @app.command()
 def bench(
     quick: Annotated[
-        bool, typer.Option(help="smoke preset (~1-2 min); default: full (~20 min)")
+        bool, typer.Option(help="smoke preset (~3-4 min); default: full (~40 min)")
     ] = False,
     only: Annotated[
         list[str] | None,
         typer.Option(
             help="section (repeatable): raw, throughput, overhead, latency, cpu, "
-            "memory, freshness, recovery, growth"
+            "memory, freshness, recovery, growth, fixed"
         ),
     ] = None,
     records: Annotated[int | None, typer.Option(help="records in the throughput data set")] = None,

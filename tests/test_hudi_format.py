@@ -701,8 +701,7 @@ class MiniSpark:
             for seed, tp in enumerate((T0, T1), start=1):
                 first = start[tp] if start is not None else 0
                 if end[tp] > first:
-                    for b in run_task(plan, iter([_decoded(tp, first, end[tp])]), seed):
-                        out += b.to_pylist()
+                    out += run_task(plan, iter([_decoded(tp, first, end[tp])]), seed)
             return collect_staged(out)
 
         return write

@@ -2,7 +2,7 @@
 
     BatchWriter.write(write_id, drop_below)
         ├─ decode.engine spark (or no explicit start): decode(df).mapInArrow(run_task)
-        └─ decode.engine arrow: spark.range(n).mapInArrow(read_ranges → decode → run_task)
+        └─ decode.engine arrow: parallelize(range(n)).mapPartitions(read_ranges → decode → run_task)
                                                    → collect_staged → StagedBatch
 
 The coordinator calls ``write`` once per attempt of a batch (``write_id`` names the
@@ -78,5 +78,5 @@ class BatchWriter:
         )
         n = len(read.groups)
         fn = make_read_task_function(plan, read)
-        rows = spark.range(0, n, 1, n).mapInArrow(fn, RESULT_DDL).collect()
-        return collect_staged(r.asDict() for r in rows)
+        rows = spark.sparkContext.parallelize(range(n), n).mapPartitions(fn).collect()
+        return collect_staged(rows)

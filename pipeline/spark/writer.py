@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from pipeline.commit.offsets import OffsetRange
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.decode.spark import ERROR_COL
-from pipeline.spark.worker_process import settle
+from pipeline.spark.settle import settle
 
 RESULT_DDL = (
     "kind STRING, payload BINARY, topic STRING, partition INT, "
@@ -131,7 +131,8 @@ def _drop_committed(
 
 def run_task(
     plan: TaskPlan, batches: Iterator[pa.RecordBatch], seed: int, faults: str | None = None
-) -> Iterator[pa.RecordBatch]:
+) -> list[dict[str, Any]]:
+    """Stage ``batches`` as data files; the result rows (``RESULT_SCHEMA``) describe them."""
     main = _Buffer(plan, plan.main_ctx, "data", seed)
     dead = (
         _Buffer(plan, plan.dead_letter_ctx, "dead_letter", seed) if plan.dead_letter_ctx else None
@@ -181,7 +182,7 @@ def run_task(
         for (t, p), v in sorted(acc.items())
     ]
     rows.append({"kind": "dead_letter_count", "records": dead_rows})
-    yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
+    return rows
 
 
 def _dead_letter_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.RecordBatch:
@@ -215,8 +216,9 @@ def make_task_function(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seed, armed = _attempt(plan)
-        yield from run_task(plan, batches, seed, armed)
+        rows = run_task(plan, batches, seed, armed)
         settle()  # first task of this worker process: everything is imported by now
+        yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
 
     return task
 
@@ -235,18 +237,19 @@ class ReadPlan:
 
 def make_read_task_function(
     plan: TaskPlan, read: ReadPlan
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Task over ``spark.range(len(read.groups))``: Kafka -> Arrow decode -> staged files,
-    all in the Python worker (no JVM rows)."""
+) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
+    """Task over ``parallelize(range(len(read.groups)))``: Kafka -> Arrow decode -> staged
+    files, all in the Python worker. A plain RDD job, not a DataFrame: nothing to analyse,
+    optimise or code-generate per batch, and the few result rows travel pickled."""
 
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def task(ids: Iterator[int]) -> Iterator[dict[str, Any]]:
         from pipeline.source.reader import read_ranges
 
-        ids = [i for b in batches for i in b.column(0).to_pylist()]
         seed, armed = _attempt(plan)
+        mine = list(ids)
 
         def decoded() -> Iterator[pa.RecordBatch]:
-            for i in ids:
+            for i in mine:
                 for raw in read_ranges(
                     read.consumer_conf,
                     read.groups[i],
@@ -256,8 +259,9 @@ def make_read_task_function(
                 ):
                     yield read.decoder.decode(raw)
 
-        yield from run_task(plan, decoded(), seed, armed)
+        rows = run_task(plan, decoded(), seed, armed)
         settle()
+        yield from rows
 
     return task
 

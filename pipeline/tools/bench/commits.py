@@ -136,7 +136,7 @@ class _CommitRunner:
         def write(write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
             t0 = time.perf_counter()
             plan = self.pipe.tables.task_plan(write_id, drop_below)
-            out = [r for b in run_task(plan, iter([rows]), i) for r in b.to_pylist()]
+            out = run_task(plan, iter([rows]), i)
             staged = collect_staged(out)
             staging.append(time.perf_counter() - t0)
             return staged

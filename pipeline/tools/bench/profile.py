@@ -78,7 +78,7 @@ def profile_hot_path(ctx: Any, out: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     profiler.start()
     batches = read_ranges(consumer_config(ctx.broker.bootstrap_servers), ranges)
-    rows = [r for b in run_task(plan, _decoded(batches, data_schema), 0) for r in b.to_pylist()]
+    rows = run_task(plan, _decoded(batches, data_schema), 0)
     staged = collect_staged(rows)
     profiler.stop()
     seconds = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""What a reused Python worker process (``spark.python.worker.reuse``) does once, not per task.
+"""Long-lived Python processes (reused Spark workers, the driver) settle once, not per task.
 
 PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker. A full
 collection walks every object the collector tracks, and a worker that has imported
@@ -9,7 +9,9 @@ of a small batch's cost in the worker (docs/bench.md, "Where the time goes").
 :func:`settle` moves everything alive at the end of a worker's first task setup into the
 collector's permanent generation (``gc.freeze``), so the per-task collections only walk
 what later tasks allocate. It runs once per process; what it freezes (module state plus one
-task's plan) is never collected, which is what a long-lived worker keeps anyway.
+task's plan) is never collected, which is what a long-lived worker keeps anyway. The
+driver settles after its first batch, for the collections its own allocations trigger
+(Iceberg commits copy the table metadata every batch).
 """
 
 from __future__ import annotations

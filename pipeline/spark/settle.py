@@ -29,7 +29,3 @@ def settle() -> None:
     _settled = True
     gc.collect()  # what is garbage now is not frozen with the rest
     gc.freeze()
-
-
-def settled() -> bool:
-    return _settled

@@ -45,8 +45,13 @@ def records_per_partition(payload_bytes: int = 0) -> int:
     return int(RECORDS_PER_PARTITION * WIRE_BYTES_BASE / wire)
 
 
-def partitions_for(records: int, minimum: int = 8, payload_bytes: int = 0) -> int:
-    return max(minimum, math.ceil(records / records_per_partition(payload_bytes)))
+def partitions_for(
+    records: int, minimum: int = 8, payload_bytes: int = 0, headroom: float = 1.0
+) -> int:
+    """Partitions that hold ``records`` inside the mock's retention, each filled to at most
+    ``headroom`` of :func:`records_per_partition`."""
+    per_partition = headroom * records_per_partition(payload_bytes)
+    return max(minimum, math.ceil(records / per_partition))
 
 
 class BenchBroker:

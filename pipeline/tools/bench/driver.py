@@ -97,7 +97,7 @@ class RunResult:
 
     def cpu_at(self, t: float) -> float:
         """CPU seconds used by the tree up to epoch time ``t`` (linear between samples)."""
-        return _interpolate(self.started, self.cpu_series, t)
+        return interpolate(self.started, self.cpu_series, t)
 
     def cpu_by_role(self, t0: float, t1: float) -> dict[str, float]:
         """CPU seconds each role used between epoch times ``t0`` and ``t1``."""
@@ -105,7 +105,7 @@ class RunResult:
         out = {}
         for role in sorted(roles):
             series = [(t, d.get(role, 0.0)) for t, d in self.cpu_role_series]
-            out[role] = _interpolate(self.started, series, t1) - _interpolate(
+            out[role] = interpolate(self.started, series, t1) - interpolate(
                 self.started, series, t0
             )
         return out
@@ -123,7 +123,7 @@ class RunResult:
         return sum(b.records for b in self.committed)
 
 
-def _interpolate(start: float, series: list[tuple[float, float]], t: float) -> float:
+def interpolate(start: float, series: list[tuple[float, float]], t: float) -> float:
     """The cumulative value of ``series`` at time ``t`` (0 at ``start``; linear)."""
     prev = (start, 0.0)
     for cur in series:

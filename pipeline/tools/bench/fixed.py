@@ -28,12 +28,12 @@ import psutil
 from pipeline.tools.bench import stats
 from pipeline.tools.bench.context import MB, Context
 from pipeline.tools.bench.context import rounded as _round
-from pipeline.tools.bench.dataset import Dataset, produce_dataset, records_per_partition
+from pipeline.tools.bench.dataset import Dataset, partitions_for, produce_dataset
 from pipeline.tools.bench.driver import (
     BatchLine,
     BenchRunError,
     DriverRun,
-    _interpolate,
+    interpolate,
     write_config,
 )
 from pipeline.tools.bench.presets import EO
@@ -175,7 +175,7 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
     table_records = _table_records(cfg)
     shutil.rmtree(workdir, ignore_errors=True)
     per_m = cpu / records * 1e6 if records else math.nan
-    broker_cpu = _interpolate(bench[0][0], bench, t1) - _interpolate(bench[0][0], bench, t0)
+    broker_cpu = interpolate(bench[0][0], bench, t1) - interpolate(bench[0][0], bench, t0)
     return {
         "name": name,
         "max_records_per_trigger": batch,
@@ -214,7 +214,7 @@ def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
     # (20 % headroom: key hashing spreads records unevenly, and a full preset's 6M
     # records at exactly the nominal size lost the head of every partition)
     parts = (
-        math.ceil(records / (0.8 * records_per_partition(payload_bytes)))
+        partitions_for(records, payload_bytes=payload_bytes, headroom=0.8)
         if ctx.broker.embedded is not None
         else 8
     )

@@ -137,6 +137,18 @@ def _check_fixed_cost(fixed: dict[str, Any]) -> None:
                 assert _positive(r[k]), (k, r)
             assert set(r["cpu_seconds_per_million_by_role"]) >= {"driver", "jvm"}
             assert r["bench_process_cpu_seconds"] >= 0
+        # the host's bound: all cores busy at the measured CPU per record, broker included
+        b = size["cpu_bound"]
+        steady = max(size["runs"], key=lambda r: r["max_records_per_trigger"])
+        assert b["pipeline_cpu_s_per_million_with_broker"] >= steady["cpu_seconds_per_million"]
+        raw_rate = size["raw_ceiling"]["records_per_s"]
+        assert b["max_ratio_to_raw"] == pytest.approx(
+            b["pipeline_records_per_s_all_cores"] / raw_rate, rel=0.01
+        )
+        assert size["steady_ratio_to_raw"] == pytest.approx(
+            steady["records_per_s"] / raw_rate, rel=0.01
+        )
+        assert size["raw_ceiling"]["bench_process_cpu_seconds_per_million"] >= 0
         f = size["fit"]
         assert f["points"] == len(size["points"]) and len(f["batch_sizes"]) >= 2
         for k in ("intercept_cpu_s", "slope_cpu_s_per_million"):

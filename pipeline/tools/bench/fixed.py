@@ -249,6 +249,7 @@ def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
         "intercept_wall_s": _le(f["intercept_wall_s"], TARGETS["intercept_wall_s"]),
         "marginal_ratio": _le(_round(ratio, 3), TARGETS["marginal_ratio"]),
     }
+    bound = cpu_bound(raw, steady)
     if kb12:
         within["records_per_cpu_s_at_1_2kb"] = (steady["records_per_cpu_s"] or 0) >= TARGETS[
             "records_per_cpu_s_at_1_2kb"
@@ -266,8 +267,29 @@ def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
         # steady-state efficiency: the largest batches, where the fixed cost is amortized
         "records_per_cpu_s": steady["records_per_cpu_s"],
         "records_per_cpu_s_anchor": TARGETS["records_per_cpu_s_at_1_2kb"] if kb12 else None,
+        "steady_ratio_to_raw": _round(steady["records_per_s"] / raw["records_per_s"], 3),
+        "cpu_bound": bound,
         "within_target": within,
         "broker_bound": any((r["bench_process_cpu_per_s"] or 0) >= 0.8 for r in runs),
+    }
+
+
+def cpu_bound(raw: dict[str, Any], steady: dict[str, Any]) -> dict[str, Any]:
+    """What this host's cores allow if every one of them were busy: the raw consumer and
+    the pipeline's steady run, each with the broker CPU it caused (embedded broker: the
+    bench process), as records/s = cores * 10^6 / (CPU-s per million, both included)."""
+    cores = psutil.cpu_count() or 1
+    raw_total = raw["cpu_seconds_per_million"] + (raw["bench_process_cpu_seconds_per_million"] or 0)
+    broker = steady["bench_process_cpu_seconds"] / steady["records"] * 1e6
+    run_total = steady["cpu_seconds_per_million"] + broker
+    return {
+        "cores": cores,
+        "raw_cpu_s_per_million_with_broker": _round(raw_total, 2),
+        "pipeline_cpu_s_per_million_with_broker": _round(run_total, 2),
+        "raw_records_per_s_all_cores": _round(cores * 1e6 / raw_total, 0),
+        "pipeline_records_per_s_all_cores": _round(cores * 1e6 / run_total, 0),
+        # the best throughput ratio to the raw ceiling this host can show
+        "max_ratio_to_raw": _round(cores * 1e6 / run_total / raw["records_per_s"], 3),
     }
 
 

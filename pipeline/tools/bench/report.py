@@ -201,6 +201,14 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             + f"; within target: {', '.join(k for k, v in ok.items() if v) or 'none'}"
             + ("; BROKER-BOUND?" if size["broker_bound"] else ""),
         )
+        b = size["cpu_bound"]
+        t.add_row(
+            f"2-core throughput {size['label']}",
+            f"x{_fmt(size['steady_ratio_to_raw'], '.2f')} raw",
+            f"all {b['cores']} cores busy would allow x{_fmt(b['max_ratio_to_raw'], '.2f')}: "
+            f"{_fmt(b['pipeline_cpu_s_per_million_with_broker'], '.1f')} CPU-s/M with the "
+            f"broker's, raw {_fmt(b['raw_cpu_s_per_million_with_broker'], '.1f')}",
+        )
     cpu = report.get("cpu_per_record")
     if cpu:
         best = min(cpu["pipeline"].values()) if cpu["pipeline"] else None

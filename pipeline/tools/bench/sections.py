@@ -53,6 +53,7 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
     ds = ctx.dataset
     out = ctx.work / "raw" / "raw.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
+    bench_cpu = psutil.Process().cpu_times()
     proc = subprocess.run(
         [
             sys.executable,
@@ -75,6 +76,9 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise BenchRunError(f"raw ceiling failed: {' '.join(proc.stderr[-600:].split())}")
+    after = psutil.Process().cpu_times()
+    # the embedded broker serving this read (its threads live in the bench process)
+    broker_cpu = (after.user + after.system) - (bench_cpu.user + bench_cpu.system)
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     shutil.rmtree(out.parent, ignore_errors=True)
     rate = r["records"] / r["seconds"]
@@ -90,6 +94,8 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
         "peak_rss_bytes": r["peak_rss_bytes"],
         "parquet_bytes": r["parquet_bytes"],
         "bytes_per_record": _round(r["bytes"] / r["records"], 1),
+        "cpu_cores_used": _round(r["cpu_seconds"] / r["seconds"], 2),
+        "bench_process_cpu_seconds_per_million": _round(broker_cpu / r["records"] * 1e6, 2),
     }
     return ctx.raw
 

@@ -28,6 +28,7 @@ from pipeline.observe.base import Observers, PipelineObserver, RunInfo
 if TYPE_CHECKING:
     from pipeline.formats.base import PipelineTables
     from pipeline.observe.metrics import PipelineMetrics
+    from pipeline.standby import Standby
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Pipeline:
         self._in_batch = False  # a batch is inside process_batch
         self._halting = False  # query.stop() is being issued: no batch may start now
         self._query: Any = None
+        self._lease: Standby | None = None  # ha.mode not off: the standby lease
 
     # -- set-up ----------------------------------------------------------------------
     @property
@@ -465,9 +467,21 @@ class Pipeline:
         tick: Callable[[RunStats], None] | None,
         timeout_s: float | None,
     ) -> RunStats:
-        if self._stop_requested_at is not None:  # stopped before the query started
-            self.stats.stop_requested = True
+        if self._stop_requested_at is not None or not self._acquire_lease():
+            self.stats.stop_requested = True  # stopped before the query started
             return self.stats
+        try:
+            return self._run_query(until, tick, timeout_s)
+        finally:
+            if self._lease is not None:
+                self._lease.release()  # a standby need not wait for the lease to expire
+
+    def _run_query(
+        self,
+        until: Callable[[RunStats], bool] | None,
+        tick: Callable[[RunStats], None] | None,
+        timeout_s: float | None,
+    ) -> RunStats:
         query = self.start()
         self._query = query
         self._record_running()
@@ -479,6 +493,7 @@ class Pipeline:
                     self._stop_between_batches(query)
                     break
                 query.awaitTermination(0.5)
+                self._keep_lease()
                 if tick:
                     tick(self.stats)
                 if until is not None and until(self.stats):
@@ -504,6 +519,38 @@ class Pipeline:
                 query.stop()
             self.observers.stop()
         return self.stats
+
+    # -- warm standby (ha.mode, pipeline/standby.py) ------------------------------------
+    def _acquire_lease(self) -> bool:
+        """Own the standby lease before the query starts (``ha.mode`` not off). False: a
+        stop was requested while standing by."""
+        if self.cfg.ha.mode == "off" or self.timeline is None:
+            return True
+        from pipeline.standby import Standby
+
+        self._lease = Standby(self.cfg.ha, self.timeline.store)
+        if self.metrics is not None:
+            self.metrics.watch_standby(self._lease.status)  # a warm standby is ready
+        return self._lease.acquire(self._warm_up, lambda: self._stop_requested_at is not None)
+
+    def _warm_up(self) -> None:
+        from pipeline.spark.session import warm_up
+
+        warm_up(self.spark)
+        try:
+            self.run_info()  # the catalog connection and the table's metadata
+        except Exception as e:  # the take-over reports it if it persists
+            log.warning("standby: reading the table failed (%s); still standing by", e)
+
+    def _keep_lease(self) -> None:
+        if self._lease is None:
+            return
+        try:
+            self._lease.keep()
+        except FencedError as e:  # LeaseLostError: another replica took over
+            self.stats.fenced = True
+            self.observers.failure(e, None)
+            raise
 
     def _record_running(self) -> None:
         """``ingest status`` reads this (and the metrics URL, when serving) after we die."""
@@ -552,6 +599,7 @@ class Pipeline:
                     timeout,
                 )
                 return
+            self._keep_lease()  # the batch may commit: this replica still writes
             if not announced:
                 announced = True
                 log.info(

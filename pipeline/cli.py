@@ -118,13 +118,21 @@ def run(
             "else <tmp>/ingest-<id>.log"
         ),
     ] = None,
+    standby: Annotated[
+        bool,
+        typer.Option(
+            "--standby",
+            help="ha.mode standby: start warm, then take over when the active replica's "
+            "lease expires",
+        ),
+    ] = False,
 ) -> None:
     """Run the pipeline described by --config until stopped (or until an
     available-now/once trigger has drained the source). Log lines go to stdout and the
     log file; stderr gets one line when the run stops on an error (exit 2)."""
     from pipeline.app import Pipeline
 
-    cfg = _load_config(config, set_)
+    cfg = _load_config(config, [*(set_ or []), *(["ha.mode=standby"] if standby else [])])
     _setup_logging(verbose, _run_log_file(log_file, cfg.id))
     logging.getLogger("pipeline").info("log file: %s", _log_file)
 

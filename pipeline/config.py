@@ -207,6 +207,29 @@ class RunConfig(_Model):
     stop_timeout_seconds: float = Field(default=25.0, ge=0)
 
 
+class HaConfig(_Model):
+    """Warm standby (``pipeline/commit/lease.py``): which replica writes."""
+
+    # off: one replica, no lease written (each renewal is a journal write: on S3 three
+    # requests a second nobody needs without a standby); active: take the lease at once
+    # (fences a live writer, as any restart does); standby: wait until a lease has not
+    # been renewed for lease_seconds; auto: active when no live lease exists, else standby
+    # (two identical replicas just work)
+    mode: Literal["off", "active", "standby", "auto"] = "off"
+    renew_seconds: float = Field(default=1.0, gt=0)
+    lease_seconds: float = Field(default=3.0, gt=0)
+
+    @model_validator(mode="after")
+    def _lease_outlives_renewals(self) -> HaConfig:
+        if self.lease_seconds < 2 * self.renew_seconds:
+            raise ValueError(
+                f"leaseSeconds ({self.lease_seconds:g}) must be at least twice "
+                f"renewSeconds ({self.renew_seconds:g}): one late renewal must not "
+                "hand the lease to a standby"
+            )
+        return self
+
+
 class PipelineConfig(_Model):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     source: SourceConfig
@@ -218,6 +241,16 @@ class PipelineConfig(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     commit: CommitConfig = Field(default_factory=CommitConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    ha: HaConfig = Field(default_factory=HaConfig)
+
+    @model_validator(mode="after")
+    def _lease_needs_the_journal(self) -> PipelineConfig:
+        if self.ha.mode != "off" and self.commit.mode != "exactly-once":
+            raise ValueError(
+                f"ha.mode {self.ha.mode} needs commit.mode exactly-once: the lease lives in "
+                "its journal, and only its writer epoch fences the replica taken over"
+            )
+        return self
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -62,6 +62,12 @@ class FencedError(CommitError):
     code = "fenced"
 
 
+class LeaseLostError(FencedError):
+    """Another replica took the standby lease (or this one could not renew it): stop."""
+
+    code = "lease-lost"
+
+
 class OverlapError(PipelineError):
     """The batch re-reads offsets the table already holds and ``onOverlap: fail``."""
 

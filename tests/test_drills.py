@@ -109,3 +109,21 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
         assert d["recommits"] >= 1 and d["rollbacks"] >= 1
     # time to recover is reported for every scenario that ran
     assert all(d["recover_s"] for d in ran), [d["scenario"] for d in ran if not d["recover_s"]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_warm_standby_takes_over_and_a_paused_active_commits_nothing(tmp_path: Path) -> None:
+    """Two replicas with ``ha.mode: auto`` (pipeline/standby.py): SIGKILLed actives are
+    replaced by the warm standby, a paused one that resumes after the take-over stops."""
+    report = _run(tmp_path, "fast", ["standby", "standby-pause"], kills=2)
+    by_name = {d["scenario"]: d for d in report["drills"]}
+    for d in by_name.values():
+        assert d["verdict"] == "ok", (d["scenario"], d["problems"], d["notes"])
+        assert d["missing"] == 0 and d["duplicated"] == 0
+        assert d["produced"] > 0 and d["committed"] == d["produced"]
+    standby, pause = by_name["standby"], by_name["standby-pause"]
+    # every kill was followed by a take-over and its first commit
+    assert standby["faults"] == 2 and standby["restarts"] == 2 and len(standby["recover_s"]) == 2
+    assert pause["restarts"] == 1 and len(pause["recover_s"]) == 1
+    assert any(n.startswith("resumed driver stopped") for n in pause["notes"]), pause["notes"]

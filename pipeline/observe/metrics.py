@@ -36,6 +36,10 @@ ingest_writer_epoch                                   gauge      -
 ingest_writer_fenced                                  gauge      -
 ingest_query_active                                   gauge      -
 ingest_ready                                          gauge      -
+ingest_ha_role                                        gauge      role
+ingest_ha_active                                      gauge      -
+ingest_ha_lease_age_seconds                           gauge      -
+ingest_ha_takeovers_total                             counter    -
 process_* / python_info                               (prometheus-client's collectors)
 ====================================================  =========  ===========================
 
@@ -52,7 +56,13 @@ Semantics
     table's newest commit of the pipeline at start, any table format), or since the
     exporter started when the table holds none.
   * ``ready``: 1 when ``/readyz`` answers 200: the streaming query is active, the last
-    batch did not fail and the writer was not fenced.
+    batch did not fail and the writer was not fenced -- or the replica is a warm standby
+    (``ha.mode``), which is healthy and ready to take over.
+  * ``ha_role{role}``: 1 for this replica's role (off, standby, active, stopped);
+    ``ha_active``: 1 while this replica writes (with ``ha.mode`` off: while the query is
+    active); ``ha_lease_age_seconds``: a standby's view of the lease (since it last
+    changed), an active's time since its last renewal; ``ha_takeovers_total``: times
+    this replica took over after standing by.
 """
 
 from __future__ import annotations
@@ -73,9 +83,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pipeline.commit.lease import HaStatus
 from pipeline.commit.offsets import BrokerOffsets, TopicPartition
 from pipeline.observe.accounting import (
     OUTCOMES,
@@ -128,6 +139,39 @@ class _WithoutCreated(Collector):
 
     def restricted_registry(self, names: Iterable[str]) -> _WithoutCreated:
         return _WithoutCreated(self._source.restricted_registry(names))
+
+
+HA_ROLES = ("off", "standby", "active", "stopped")
+
+
+class _HaCollector(Collector):
+    """The warm-standby series, read from the pipeline's lease at each scrape."""
+
+    def __init__(self, metrics: PipelineMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.metrics.ha_status()
+        role = GaugeMetricFamily(
+            "ingest_ha_role", "1 for this replica's warm-standby role.", labels=["role"]
+        )
+        for name in HA_ROLES:
+            role.add_metric([name], 1.0 if st.role == name else 0.0)
+        yield role
+        writes = st.role == "active" or (st.role == "off" and self.metrics.query_active())
+        yield GaugeMetricFamily(
+            "ingest_ha_active", "1 while this replica writes.", value=1.0 if writes else 0.0
+        )
+        yield GaugeMetricFamily(
+            "ingest_ha_lease_age_seconds",
+            "Standby: since the lease last changed; active: since its last renewal.",
+            value=st.lease_age_s,
+        )
+        yield CounterMetricFamily(
+            "ingest_ha_takeovers",
+            "Times this replica took over the lease after standing by.",
+            value=st.takeovers,
+        )
 
 
 class PipelineMetrics(OutcomeAccounting, LagExport):
@@ -288,10 +332,12 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         self._failed_exc: BaseException | None = None
         self._fenced: str | None = None
         self._query: Any = None
+        self._ha: Callable[[], HaStatus] | None = None  # watch_standby
         self._query_active = False
         self._query_reason = "query not started"
         self._warned: set[str] = set()
         self._observed_any = False
+        r.register(_HaCollector(self))  # after the state it reads (described at register)
 
         self._exposition = _WithoutCreated(self.registry)
         self._server = HealthServer(self._exposition, self.readiness, host, port)
@@ -357,6 +403,24 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         with self._lock:
             self._query = query
 
+    def watch_standby(self, status: Callable[[], HaStatus]) -> None:
+        """The replica's lease (``pipeline.standby.Standby.status``), read at each probe."""
+        with self._lock:
+            self._ha = status
+
+    def ha_status(self) -> HaStatus:
+        with self._lock:
+            status = self._ha
+        if status is None:
+            return HaStatus("off")
+        try:
+            return status()
+        except Exception:  # a metrics problem must never fail the pipeline
+            return HaStatus("off")
+
+    def query_active(self) -> bool:
+        return self._query_state()[0]
+
     def _query_state(self) -> tuple[bool, str]:
         with self._lock:
             query, active, reason = self._query, self._query_active, self._query_reason
@@ -378,6 +442,9 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
             return False, f"writer fenced: {fenced}"
         if failed is not None:
             return False, failed
+        ha = self.ha_status()
+        if ha.role == "standby":
+            return (True, "") if ha.warm else (False, "standby warming up")
         active, reason = self._query_state()
         if not active:
             return False, reason or "query not active"

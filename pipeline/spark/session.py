@@ -149,3 +149,20 @@ def register_source(spark: SparkSession) -> None:
 
     spark.dataSource.register(KafkaDataSource)
     _registered.add(key)
+
+
+def _warm_task(_: object) -> list[int]:
+    # the task path's own imports (the first real task then only unpickles its plan)
+    import pipeline.decode.arrow
+    import pipeline.source.reader
+    import pipeline.spark.writer  # noqa: F401
+
+    return [0]
+
+
+def warm_up(spark: Any) -> None:
+    """Start the Python workers a batch would start (a warm standby's take-over then
+    waits for none): one trivial task per core, importing what the task path imports."""
+    sc = spark.sparkContext
+    n = max(1, int(sc.defaultParallelism))
+    sc.parallelize(range(n), n).mapPartitions(_warm_task).count()

@@ -97,3 +97,15 @@ def test_trigger_interval_is_normalised_to_units_spark_parses() -> None:
     assert TriggerConfig(interval="2s").interval == "2 seconds"
     assert TriggerConfig(interval="1.5 min").interval == "90000 milliseconds"
     assert TriggerConfig(interval="10 seconds").interval == "10 seconds"
+
+
+def test_ha_defaults_off_and_bad_lease_settings_are_one_line_errors() -> None:
+    assert parse_config(BASE).ha.mode == "off"
+    cfg = parse_config({**BASE, "ha": {"mode": "auto", "renewSeconds": 0.5, "leaseSeconds": 2}})
+    assert (cfg.ha.mode, cfg.ha.renew_seconds, cfg.ha.lease_seconds) == ("auto", 0.5, 2.0)
+    with pytest.raises(ConfigError, match=r"ha\.mode: .*'off', 'active', 'standby' or 'auto'"):
+        parse_config({**BASE, "ha": {"mode": "passive"}})
+    with pytest.raises(ConfigError, match=r"leaseSeconds \(3\) must be at least twice renew"):
+        parse_config({**BASE, "ha": {"mode": "auto", "renewSeconds": 2}})
+    with pytest.raises(ConfigError, match="ha.mode standby needs commit.mode exactly-once"):
+        parse_config({**BASE, "ha": {"mode": "standby"}, "commit": {"mode": "at-least-once"}})

@@ -7,11 +7,14 @@ scenario proves is in docs/drills.md.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from pipeline.commit.offsets import TopicPartition
@@ -219,6 +222,91 @@ def zombie(rig: Rig) -> None:
     else:
         rig.result.notes.append(f"old driver: {msg[:160]}")
     rig.wait_commits(2, timeout=COMMIT_TIMEOUT_S)
+    _finish(rig)
+
+
+def _standing_by(d: DriverProcess) -> Callable[[], bool]:
+    return lambda: "standing by, warm" in d.log()
+
+
+@scenario("standby")
+def standby(rig: Rig) -> None:
+    """Two replicas with ``ha.mode: auto``; SIGKILL the active ``kills`` times. The warm
+    standby takes over each time (recovery: the kill to its first commit), then a new
+    standby is started beside it."""
+    rng = random.Random(rig.spec.kills)
+    ha = ["ha.mode=auto"]
+    active = rig.start_driver(sets=ha, restart=False)
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    waiting = rig.start_driver(sets=ha, restart=False)
+    for _ in range(rig.spec.kills):
+        rig.wait_until(
+            _standing_by(waiting),
+            COMMIT_TIMEOUT_S,
+            f"for driver {waiting.n} to stand by",
+        )
+        rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+        time.sleep(rng.uniform(0.0, 1.0))  # anywhere in a batch
+        active.kill()
+        rig.event("kill", f"SIGKILL active driver {active.n}")
+        rig.result.restarts += 1
+        rig.recovery_from_now()
+        rig.wait_until(
+            lambda: rig.recoveries[-1].first_commit is not None,
+            COMMIT_TIMEOUT_S,
+            f"for driver {waiting.n} to take over",
+        )
+        if "took over the lease" not in waiting.log():
+            rig.result.problems.append(f"driver {waiting.n} committed without taking over")
+        active, waiting = waiting, rig.start_driver(sets=ha, restart=False)
+    rig.producer.stop()
+    rig.event("drain", "producer stopped")
+    rig.wait_until(rig.caught_up, 480, "draining to the produced end offsets")
+    for d in (waiting, active):
+        d.stop()
+    rig.event("stop", "both replicas stopped")
+    rig.verify()
+
+
+@scenario("standby-pause")
+def standby_pause(rig: Rig) -> None:
+    """SIGSTOP the active past its lease (a long GC, a lost network): the warm standby
+    takes over; SIGCONT the old one: it must commit nothing more and exit non-zero."""
+    ha = ["ha.mode=auto"]
+    old = rig.start_driver(sets=ha, restart=False)
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    new = rig.start_driver(sets=ha, restart=False)
+    rig.wait_until(_standing_by(new), COMMIT_TIMEOUT_S, f"for driver {new.n} to stand by")
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    os.killpg(old.pid, signal.SIGSTOP)
+    rig.event("pause", f"SIGSTOP active driver {old.n}")
+    rig.result.restarts += 1
+    rig.recovery_from_now()
+    rig.wait_until(
+        lambda: rig.recoveries[-1].first_commit is not None,
+        COMMIT_TIMEOUT_S,
+        f"for driver {new.n} to take over",
+    )
+    rig.wait_commits(2, timeout=COMMIT_TIMEOUT_S)  # the new active is well under way
+    resumed = time.time()
+    os.killpg(old.pid, signal.SIGCONT)
+    rig.event("resume", f"SIGCONT driver {old.n}")
+    t0 = time.monotonic()
+    rig.wait_until(_exited(old), 120, f"for the resumed driver {old.n} to stop")
+    exit_s = time.monotonic() - t0
+    old.reap()
+    late = [
+        b
+        for b in old.batch_lines()
+        if b.get("outcome") in ("committed", "recommitted")
+        and datetime.fromisoformat(str(b["ts"]).replace("Z", "+00:00")).timestamp() > resumed
+    ]
+    line = old.error_line()
+    if old.poll() in (0, None) or not any(w in line for w in ("lease", "fenced")):
+        rig.result.problems.append(f"resumed driver exited {old.poll()}: {line!r}")
+    if late:
+        rig.result.problems.append(f"resumed driver committed {len(late)} batch(es)")
+    rig.result.notes.append(f"resumed driver stopped {exit_s:.1f}s after SIGCONT: {line[:120]}")
     _finish(rig)
 
 

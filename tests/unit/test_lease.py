@@ -1,0 +1,224 @@
+"""The standby lease (``pipeline/commit/lease.py``) on the real local journal store, with
+an injected clock: who becomes active, when a standby takes over, and that an owner which
+lost the lease stops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.commit.journal import JournalStore
+from pipeline.commit.lease import Lease, LeaseMark, MarkKind, Role
+from pipeline.errors import FencedError, LeaseLostError
+from pipeline.storage.local import LocalJournalStore
+
+LEASE_S = 3.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, s: float) -> None:
+        self.now += s
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> JournalStore:
+    return LocalJournalStore(str(tmp_path / "journal"))
+
+
+def _replica(store: JournalStore, name: str, clock: Clock) -> Lease:
+    return Lease(store, name, lease_s=LEASE_S, clock=clock)
+
+
+def test_mark_names_round_trip_and_order() -> None:
+    marks = [
+        LeaseMark(1, MarkKind.CLAIM),
+        LeaseMark(1, MarkKind.BEAT, 0),
+        LeaseMark(1, MarkKind.BEAT, 11),
+        LeaseMark(1, MarkKind.RELEASED),
+        LeaseMark(2, MarkKind.CLAIM),
+    ]
+    assert sorted(reversed(marks)) == marks
+    for m in marks:
+        assert LeaseMark.parse(m.name) == m
+        assert LeaseMark.parse("prefix/of/" + m.name) == m
+    foreign = ("ha/1.claim", "ha/000000000001.beat", "ha/x.claim", "ha/000000000001.claim.tmp")
+    for name in foreign:
+        assert LeaseMark.parse(name) is None
+
+
+def test_first_replica_takes_a_free_lease_at_once_the_second_stands_by(store: JournalStore) -> None:
+    clock = Clock()
+    a, b = _replica(store, "a", clock), _replica(store, "b", clock)
+    assert a.try_acquire() and a.role is Role.ACTIVE and a.generation == 1
+    # the active renews every second: the standby never sees it expire
+    for _ in range(20):
+        assert not b.try_acquire()
+        clock.advance(1.0)
+        a.renew()
+    assert b.role is Role.STANDBY
+    # renewals are trimmed: the store does not grow with time
+    assert len(store.list("ha")) <= 3
+
+
+def test_standby_takes_over_after_the_lease_and_the_old_owner_stops(store: JournalStore) -> None:
+    clock = Clock()
+    a, b = _replica(store, "a", clock), _replica(store, "b", clock)
+    assert a.try_acquire()
+    a.renew()
+    assert not b.try_acquire()  # first sight of the lease: the clock starts here
+    clock.advance(LEASE_S - 0.1)
+    assert not b.try_acquire()  # a stopped renewing (paused), but not for long enough yet
+    clock.advance(0.2)
+    assert b.try_acquire() and b.generation == 2
+    # a resumes: its next renewal sees generation 2, raises, and it never renews again
+    with pytest.raises(LeaseLostError, match="generation 2 took over") as e:
+        a.renew()
+    assert isinstance(e.value, FencedError) and e.value.code == "lease-lost"
+    assert a.role is Role.STOPPED
+    with pytest.raises(LeaseLostError):
+        a.renew()
+    assert not a.try_acquire()
+    b.renew()  # the new owner is unaffected
+
+
+def test_racing_standbys_exactly_one_becomes_active(store: JournalStore) -> None:
+    clock = Clock()
+    owner = _replica(store, "owner", clock)
+    assert owner.try_acquire()
+    standbys = [_replica(store, f"s{i}", clock) for i in range(5)]
+    assert not any(s.try_acquire() for s in standbys)
+    clock.advance(LEASE_S)
+    # every standby sees the expiry; all race for generation 2; one wins
+    won = [s for s in standbys if s.try_acquire()]
+    assert len(won) == 1 and won[0].generation == 2
+    # the losers now watch the winner's lease, which is live while it renews
+    for _ in range(5):
+        clock.advance(1.0)
+        won[0].renew()
+        assert not any(s.try_acquire() for s in standbys if s is not won[0])
+
+
+def test_released_lease_is_taken_without_waiting(store: JournalStore) -> None:
+    clock = Clock()
+    a, b = _replica(store, "a", clock), _replica(store, "b", clock)
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    a.release()
+    assert a.role is Role.STOPPED
+    assert b.try_acquire() and b.generation == 2
+
+
+def test_dead_claimant_is_replaced_after_the_lease(store: JournalStore) -> None:
+    """A standby that claimed and died before renewing holds nothing for long."""
+    clock = Clock()
+    dead, c = _replica(store, "dead", clock), _replica(store, "c", clock)
+    assert dead.try_acquire()  # never renews
+    assert not c.try_acquire()
+    clock.advance(LEASE_S)
+    assert c.try_acquire() and c.generation == 2
+
+
+class _FailingStore:
+    """A journal store whose writes start failing (storage unreachable)."""
+
+    def __init__(self, inner: JournalStore) -> None:
+        self.inner, self.down = inner, False
+
+    def create(self, name: str, data: bytes) -> None:
+        if self.down:
+            raise OSError("storage unreachable")
+        self.inner.create(name, data)
+
+    def read(self, name: str) -> bytes | None:
+        return self.inner.read(name)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.inner.list(prefix)
+
+    def delete(self, name: str) -> None:
+        self.inner.delete(name)
+
+
+def test_owner_that_cannot_renew_for_the_lease_stops(store: JournalStore) -> None:
+    clock = Clock()
+    flaky = _FailingStore(store)
+    a = _replica(flaky, "a", clock)
+    assert a.try_acquire()
+    flaky.down = True
+    clock.advance(1.0)
+    a.renew()  # one failed renewal is retried, not fatal
+    assert a.role is Role.ACTIVE
+    clock.advance(LEASE_S)
+    with pytest.raises(LeaseLostError, match="could not renew"):
+        a.renew()
+    assert a.role is Role.STOPPED
+
+
+def test_patient_standby_waits_even_for_a_lease_nobody_holds(store: JournalStore) -> None:
+    clock = Clock()
+    standby = Lease(store, "standby", lease_s=LEASE_S, clock=clock, patient=True)
+    assert not standby.try_acquire()
+    active = _replica(store, "active", clock)
+    assert active.try_acquire()  # the active started a moment later still wins
+    for _ in range(6):
+        clock.advance(1.0)
+        active.renew()
+        assert not standby.try_acquire()
+    clock.advance(LEASE_S)
+    assert standby.try_acquire() and standby.generation == 2
+
+
+def test_take_claims_the_next_generation_over_a_live_owner(store: JournalStore) -> None:
+    clock = Clock()
+    old, new = _replica(store, "old", clock), _replica(store, "new", clock)
+    assert old.try_acquire()
+    old.renew()
+    new.take()
+    assert new.role is Role.ACTIVE and new.generation == 2
+    with pytest.raises(LeaseLostError):
+        old.renew()
+
+
+def test_tick_renews_when_due_and_a_stopped_owner_cannot_tick(store: JournalStore) -> None:
+    clock = Clock()
+    a = Lease(store, "a", lease_s=LEASE_S, renew_s=1.0, clock=clock)
+    assert a.try_acquire()
+    a.tick()  # not due: nothing written
+    assert [LeaseMark.parse(n) for n in store.list("ha")] == [LeaseMark(1, MarkKind.CLAIM)]
+    clock.advance(1.0)
+    a.tick()
+    assert LeaseMark(1, MarkKind.BEAT, 0) in [LeaseMark.parse(n) for n in store.list("ha")]
+    a.release()
+    with pytest.raises(LeaseLostError):
+        a.tick()
+
+
+def test_metrics_show_the_role_and_a_warm_standby_is_ready() -> None:
+    from pipeline.commit.lease import HaStatus
+    from pipeline.observe.metrics import PipelineMetrics
+
+    m = PipelineMetrics("p", host="127.0.0.1", port=0)
+    text = m.exposition().decode()
+    assert 'ingest_ha_role{role="off"} 1.0' in text and "ingest_ha_active 0.0" in text
+    assert m.readiness() == (False, "query not started")
+    status = HaStatus("standby", warm=False, lease_age_s=1.5)
+    m.watch_standby(lambda: status)
+    assert m.readiness() == (False, "standby warming up")
+    status = HaStatus("standby", warm=True, lease_age_s=1.5)
+    assert m.readiness() == (True, "")
+    text = m.exposition().decode()
+    assert 'ingest_ha_role{role="standby"} 1.0' in text
+    assert 'ingest_ha_role{role="active"} 0.0' in text
+    assert "ingest_ha_lease_age_seconds 1.5" in text and "ingest_ha_active 0.0" in text
+    status = HaStatus("active", warm=True, lease_age_s=0.2, takeovers=1)
+    text = m.exposition().decode()
+    assert "ingest_ha_active 1.0" in text and "ingest_ha_takeovers_total 1.0" in text
+    assert m.readiness() == (False, "query not started")  # active: the query decides
+    assert {"ingest_ha_role", "ingest_ha_takeovers_total"} <= m.exported_names()

@@ -26,11 +26,11 @@ python -m pytest --durations=15
 # run; skip them locally with INGEST_SKIP_SLOW=1.
 if [ -z "${INGEST_SKIP_SLOW:-}" ]; then
   echo "== pytest -m slow"
-  python -m pytest -m slow
+  python -m pytest -m slow --durations=10
 fi
 # The full failover-drill matrix (docs/drills.md): ≥ 20 SIGKILL restarts per table format
 # plus every infrastructure fault, each checked by `ingest verify`. INGEST_SKIP_DRILLS=1 skips.
 if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
   echo "== pytest -m drill"
-  python -m pytest -m drill
+  python -m pytest -m drill --durations=10
 fi

@@ -102,10 +102,10 @@ class LeaseStore:
             return False
         return True
 
-    def trim(self, keep: LeaseMark) -> None:
-        """Delete every entry older than ``keep``'s predecessor (best effort)."""
-        marks = [m for m in self.marks() if m < keep]
-        for m in marks[:-1]:
+    def trim(self, older: list[LeaseMark]) -> None:
+        """Delete all but the newest of ``older`` (sorted entries listed before the one
+        just written; best effort)."""
+        for m in older[:-1]:
             with contextlib.suppress(Exception):
                 self.store.delete(m.name)
 
@@ -187,43 +187,39 @@ class Lease:
         if self.role is not Role.STANDBY:
             return self.role is Role.ACTIVE
         latest = self.store.latest()
-        if not self.watch.expired(latest):
-            return False
-        generation = (latest.generation if latest else 0) + 1
-        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner):
-            log.info("lease generation %d was claimed by another replica", generation)
-            return False
-        self._became_active(generation)
-        return True
+        return self.watch.expired(latest) and self._claim_after(latest)
 
     def take(self) -> None:
         """``ha.mode: active``: own the next generation now, live owner or not (it stops
         at its next renewal; the writer epoch fences it before that)."""
-        while self.role is Role.STANDBY:
-            latest = self.store.latest()
-            generation = (latest.generation if latest else 0) + 1
-            if self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner):
-                self._became_active(generation)
+        while not self._claim_after(self.store.latest()):
+            pass
 
-    def _became_active(self, generation: int) -> None:
+    def _claim_after(self, latest: LeaseMark | None) -> bool:
+        """Claim the generation after ``latest``'s; True when this replica got it."""
+        generation = (latest.generation if latest else 0) + 1
+        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner):
+            log.info("lease generation %d was claimed by another replica", generation)
+            return False
         self.role, self.generation, self._seq = Role.ACTIVE, generation, 0
         self._renewed_at = self.clock()
         log.info("took the lease (generation %d)", generation)
+        return True
 
     def renew(self) -> None:
         """Active: prove liveness once more, or raise ``LeaseLostError`` and stop."""
         if self.role is not Role.ACTIVE:
             raise LeaseLostError(f"lease renewal while {self.role.value}")
         try:
-            latest = self.store.latest()
-            if latest is not None and latest.generation > self.generation:
-                self._lose(f"replica generation {latest.generation} took over")
+            marks = self.store.marks()  # one listing per renewal: the check and the trim
+            if marks and marks[-1].generation > self.generation:
+                self._lose(f"replica generation {marks[-1].generation} took over")
             beat = LeaseMark(self.generation, MarkKind.BEAT, self._seq)
             if not self.store.put(beat, self.owner):
                 self._lose(f"lease entry {beat.name} exists already")
             self._seq += 1
             self._renewed_at = self.clock()
-            self.store.trim(beat)
+            self.store.trim(marks)
         except LeaseLostError:
             raise
         except Exception as e:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from pipeline.tools.bench.dataset import BenchBroker, Dataset
 from pipeline.tools.bench.presets import Preset
 
@@ -31,6 +33,13 @@ class Context:
     def next_name(self, label: str) -> str:
         self.seq += 1
         return f"{self.seq:02d}-{label}"
+
+
+def bench_process_cpu() -> float:
+    """CPU seconds of this (the bench) process so far: the embedded broker's threads run
+    here, so a difference over a run is the broker's work for it (plus the sampler's)."""
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system)
 
 
 def rounded(x: float, digits: int = 4) -> float | None:

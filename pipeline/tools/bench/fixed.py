@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from pipeline.tools.bench import stats
-from pipeline.tools.bench.context import MB, Context
+from pipeline.tools.bench.context import MB, Context, bench_process_cpu
 from pipeline.tools.bench.context import rounded as _round
 from pipeline.tools.bench.dataset import Dataset, partitions_for, produce_dataset
 from pipeline.tools.bench.driver import (
@@ -94,11 +94,6 @@ def fit(points: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _bench_cpu() -> float:
-    t = psutil.Process().cpu_times()
-    return float(t.user + t.system)
-
-
 def _table_records(cfg: dict[str, Any]) -> int | None:
     """Rows in the run's Iceberg table, from its current snapshot's summary."""
     from pipeline.app import Pipeline
@@ -127,7 +122,7 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
         payload=ds.payload_bytes > 0,
     )
     path = write_config(workdir / "pipeline.yaml", cfg)
-    cpu0 = _bench_cpu()  # the bench process: embedded broker (+ sampler), cumulative
+    cpu0 = bench_process_cpu()  # the bench process: embedded broker (+ sampler), cumulative
     run = DriverRun(name, path, ctx.work / "logs")
     bench: list[tuple[float, float]] = [(time.time(), 0.0)]
     deadline = time.monotonic() + ctx.preset.timeout_s
@@ -139,8 +134,8 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
             if time.monotonic() > deadline:
                 raise BenchRunError(f"fixed-cost run {name} timed out (log: {run.err_path})")
             time.sleep(POLL_S)
-            bench.append((time.time(), _bench_cpu() - cpu0))
-        bench.append((time.time(), _bench_cpu() - cpu0))
+            bench.append((time.time(), bench_process_cpu() - cpu0))
+        bench.append((time.time(), bench_process_cpu() - cpu0))
         stopped = run.alive()
         run.stop()
         result = run.finish()

@@ -29,10 +29,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import psutil
-
 from pipeline.tools.bench import stats
-from pipeline.tools.bench.context import MB, WARMUP_COMMITS, WINDOW_COMMITS, Context
+from pipeline.tools.bench.context import (
+    MB,
+    WARMUP_COMMITS,
+    WINDOW_COMMITS,
+    Context,
+    bench_process_cpu,
+)
 from pipeline.tools.bench.context import rounded as _round
 from pipeline.tools.bench.dataset import partitions_for
 from pipeline.tools.bench.driver import (
@@ -53,7 +57,7 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
     ds = ctx.dataset
     out = ctx.work / "raw" / "raw.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
-    bench_cpu = psutil.Process().cpu_times()
+    bench_cpu = bench_process_cpu()
     proc = subprocess.run(
         [
             sys.executable,
@@ -76,9 +80,7 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise BenchRunError(f"raw ceiling failed: {' '.join(proc.stderr[-600:].split())}")
-    after = psutil.Process().cpu_times()
-    # the embedded broker serving this read (its threads live in the bench process)
-    broker_cpu = (after.user + after.system) - (bench_cpu.user + bench_cpu.system)
+    broker_cpu = bench_process_cpu() - bench_cpu  # the embedded broker serving this read
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     shutil.rmtree(out.parent, ignore_errors=True)
     rate = r["records"] / r["seconds"]
@@ -108,11 +110,9 @@ def _run_pipeline(ctx: Context, spec: RunSpec) -> tuple[str, RunResult]:
     workdir = ctx.work / name
     cfg = pipeline_config(spec, name, workdir, ctx.broker.bootstrap_servers, ctx.dataset.topic)
     path = write_config(workdir / "pipeline.yaml", cfg)
-    bench_proc = psutil.Process()
-    before = bench_proc.cpu_times()
+    before = bench_process_cpu()
     result = run_to_end(name, path, ctx.work / "logs", ctx.preset.timeout_s)
-    after = bench_proc.cpu_times()
-    result.bench_process_cpu_seconds = (after.user + after.system) - (before.user + before.system)
+    result.bench_process_cpu_seconds = bench_process_cpu() - before
     shutil.rmtree(workdir, ignore_errors=True)  # tables are not needed after the count
     return name, result
 

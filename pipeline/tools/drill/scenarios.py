@@ -229,6 +229,17 @@ def _standing_by(d: DriverProcess) -> Callable[[], bool]:
     return lambda: "standing by, warm" in d.log()
 
 
+def _await_takeover(rig: Rig, d: DriverProcess) -> None:
+    """The active just died or froze: count a restart, wait for ``d``'s first commit."""
+    rig.result.restarts += 1
+    rig.recovery_from_now()
+    rig.wait_until(
+        lambda: rig.recoveries[-1].first_commit is not None,
+        COMMIT_TIMEOUT_S,
+        f"for driver {d.n} to take over",
+    )
+
+
 @scenario("standby")
 def standby(rig: Rig) -> None:
     """Two replicas with ``ha.mode: auto``; SIGKILL the active ``kills`` times. The warm
@@ -249,13 +260,7 @@ def standby(rig: Rig) -> None:
         time.sleep(rng.uniform(0.0, 1.0))  # anywhere in a batch
         active.kill()
         rig.event("kill", f"SIGKILL active driver {active.n}")
-        rig.result.restarts += 1
-        rig.recovery_from_now()
-        rig.wait_until(
-            lambda: rig.recoveries[-1].first_commit is not None,
-            COMMIT_TIMEOUT_S,
-            f"for driver {waiting.n} to take over",
-        )
+        _await_takeover(rig, waiting)
         if "took over the lease" not in waiting.log():
             rig.result.problems.append(f"driver {waiting.n} committed without taking over")
         active, waiting = waiting, rig.start_driver(sets=ha, restart=False)
@@ -280,13 +285,7 @@ def standby_pause(rig: Rig) -> None:
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
     os.killpg(old.pid, signal.SIGSTOP)
     rig.event("pause", f"SIGSTOP active driver {old.n}")
-    rig.result.restarts += 1
-    rig.recovery_from_now()
-    rig.wait_until(
-        lambda: rig.recoveries[-1].first_commit is not None,
-        COMMIT_TIMEOUT_S,
-        f"for driver {new.n} to take over",
-    )
+    _await_takeover(rig, new)
     rig.wait_commits(2, timeout=COMMIT_TIMEOUT_S)  # the new active is well under way
     resumed = time.time()
     os.killpg(old.pid, signal.SIGCONT)

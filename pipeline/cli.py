@@ -10,8 +10,10 @@ import logging
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -144,16 +146,15 @@ def run(
     pipeline: Pipeline | None = None
     signals: list[int] = []
 
-    def on_stop_signal(signum: int, frame: object) -> None:
-        signals.append(signum)
+    def on_stop_signal() -> None:
+        signals.append(1)
         if len(signals) > 1:
             os.write(2, b"ingest: second stop signal: exiting now (the next run recovers)\n")
             os._exit(130)
         if pipeline is not None:
             pipeline.request_stop()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_stop_signal)
+    _watch_stop_signals(on_stop_signal)
     pipeline = Pipeline(cfg)
     if signals:
         pipeline.request_stop()
@@ -175,6 +176,30 @@ def run(
         sys.stderr.flush()
         logging.shutdown()
         os._exit(0)
+
+
+def _watch_stop_signals(on_signal: Callable[[], None]) -> None:
+    """Call ``on_signal`` once per SIGTERM/SIGINT received, from a watcher thread.
+
+    A Python handler runs only when the main thread is back in the interpreter: while it
+    waits inside a py4j call, two signals collapse into one run of the handler (CPython
+    keeps one pending flag per signal), so a second Ctrl-C could be lost or come late.
+    The wakeup fd gets one byte per signal from the C-level handler, whatever the main
+    thread does; the Python-level handlers only keep that C handler installed."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
+    wanted = {int(signal.SIGTERM), int(signal.SIGINT)}
+
+    def watch() -> None:
+        while True:
+            for signum in os.read(read_fd, 64):
+                if signum in wanted:
+                    on_signal()
+
+    threading.Thread(target=watch, name="ingest-stop-signals", daemon=True).start()
 
 
 @app.command()
@@ -349,6 +374,28 @@ def drill(
         list[str] | None, typer.Option("--format", help="iceberg | hudi | both (repeatable)")
     ] = None,
     kills: Annotated[int, typer.Option(help="SIGKILL restarts per format")] = 20,
+    standby_kills: Annotated[
+        int | None,
+        typer.Option(help="SIGKILLs of the active in the standby drill (default: --kills)"),
+    ] = None,
+    executor_kills: Annotated[
+        int | None,
+        typer.Option(help="worker+executor SIGKILLs in the executor-loss drill (default: --kills)"),
+    ] = None,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            help="run every drill's pipeline on a Spark standalone cluster (master + 2 "
+            "workers started per drill) instead of local[2,4]; executor-loss always does"
+        ),
+    ] = False,
+    storage: Annotated[
+        str,
+        typer.Option(
+            help="local | s3: the tables (and journal) on an S3 server (SeaweedFS) started "
+            "per drill; the full matrix runs Hudi's kill and zombie drills on s3 anyway"
+        ),
+    ] = "local",
     rate: Annotated[float, typer.Option(help="records/s the producer writes")] = 100.0,
     out_dir: Annotated[
         Path, typer.Option("--out", help="report.json, timeline.png, work dirs")
@@ -360,15 +407,40 @@ def drill(
     work: Annotated[
         Path | None, typer.Option(help="drivers' work dirs (default: OUT/work)")
     ] = None,
+    soak: Annotated[
+        float | None,
+        typer.Option(
+            metavar="MINUTES",
+            help="one soak drill instead: random SIGKILLs of active, standby and solo "
+            "drivers and checkpoint deletions for MINUTES (ignores --matrix/--scenario)",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="--soak: seed of the random faults (default: random)")
+    ] = None,
 ) -> None:
     """Failover drills: live producer, the pipeline as a process, injected faults, verify."""
     from pipeline.tools.drill.runner import DrillOptions, run_drills, select
 
     _setup_logging(False)
     logging.getLogger().setLevel(logging.WARNING)
+    if soak is not None:
+        _soak(soak, format_ or [], seed, rate, out_dir, bootstrap, keep_work, work)
     if matrix not in ("fast", "full"):
         raise PipelineError(f"--matrix {matrix!r}: allowed: fast, full")
-    specs = select(matrix, scenario or [], format_ or [], kills, rate)
+    if storage not in ("local", "s3"):
+        raise ConfigError(f"--storage {storage!r}: allowed: local, s3")
+    specs = select(
+        matrix,
+        scenario or [],
+        format_ or [],
+        kills,
+        rate,
+        standby_kills,
+        executor_kills,
+        cluster,
+        "s3" if storage == "s3" else "local",
+    )
     opts = DrillOptions(
         out=out_dir.resolve(),
         kills=kills,
@@ -379,6 +451,40 @@ def drill(
     )
     results = run_drills(specs, opts, out)
     raise typer.Exit(0 if all(r.ok for r in results) else 1)
+
+
+def _soak(
+    minutes: float,
+    formats: list[str],
+    seed: int | None,
+    rate: float,
+    out_dir: Path,
+    bootstrap: str | None,
+    keep_work: bool,
+    work: Path | None,
+) -> NoReturn:
+    """``ingest drill --soak MINUTES``: pipeline/tools/drill/soak.py; exit 0 only if ok."""
+    import random
+
+    from pipeline.tools.drill.runner import DrillOptions
+    from pipeline.tools.drill.soak import run_soak
+
+    if minutes <= 0:
+        raise ConfigError(f"--soak {minutes:g}: minutes must be positive")
+    if len(formats) > 1 or formats[:1] not in ([], ["iceberg"], ["hudi"]):
+        raise ConfigError(f"--soak runs on one format: --format iceberg or hudi, not {formats}")
+    fmt: Literal["iceberg", "hudi"] = "hudi" if formats == ["hudi"] else "iceberg"
+    opts = DrillOptions(
+        out=out_dir.resolve(),
+        kills=0,
+        rate=rate,
+        bootstrap=bootstrap,
+        keep_work=keep_work,
+        work=work.resolve() if work else None,
+    )
+    seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
+    result, _ = run_soak(minutes, fmt, seed, opts, out)
+    raise typer.Exit(0 if result.ok else 1)
 
 
 @app.command()

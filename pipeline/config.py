@@ -124,10 +124,13 @@ class CatalogConfig(_Model):
 class HudiConfig(_Model):
     """The ``hudi`` table format's settings: a native copy-on-write table (docs/hudi.md)."""
 
-    base_path: str = Field(min_length=1)  # local path or file:///
+    base_path: str = Field(min_length=1)  # local path, file:///, or s3://bucket/prefix
     record_key_fields: list[str] = Field(default_factory=list)  # default: Kafka coordinates
     partition_fields: list[str] = Field(default_factory=list)  # hive-style, by column value
     dead_letter_base_path: str | None = None  # default: <basePath>_dead_letter
+    # s3:// tables: pyiceberg-style s3.* keys (s3.endpoint, s3.access-key-id, ...);
+    # unset keys fall back to the AWS default credential chain
+    properties: dict[str, str] = Field(default_factory=dict)
 
 
 class SinkConfig(_Model):
@@ -218,6 +221,12 @@ class HaConfig(_Model):
     mode: Literal["off", "active", "standby", "auto"] = "off"
     renew_seconds: float = Field(default=1.0, gt=0)
     lease_seconds: float = Field(default=3.0, gt=0)
+    # The active's liveness port: standbys hold a connection to it and take over the
+    # moment it closes (a killed process's sockets close at once), not after
+    # lease_seconds. 0: any free port (its address is published in the lease's claim);
+    # set one when a network policy must allow it. Advertised host: INGEST_ADVERTISE_HOST,
+    # else spark.driver.host, else this host's address.
+    port: int = Field(default=0, ge=0, le=65535)
 
     @model_validator(mode="after")
     def _lease_outlives_renewals(self) -> HaConfig:

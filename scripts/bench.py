@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark report: same as ``ingest bench`` (options: ``--help``).
 
-scripts/bench.py            # full preset → ./bench-<time>/report.json + PNG charts (--out docs/bench: the committed one)
+scripts/bench.py            # full preset → ./bench-<time>/report.json + PNG charts
+scripts/bench.py --out docs/bench   # the committed report
 scripts/bench.py --quick    # smoke run
 """
 

@@ -173,8 +173,8 @@ def main() -> None:
     if args.child:
         _child(args.child)
         return
-    from pipeline.tools.generator import GeneratorSpec, produce
     from pipeline.tools.broker import EmbeddedBroker
+    from pipeline.tools.generator import GeneratorSpec, produce
 
     variants = args.variant or ["arrow:exactly-once:2", "spark:exactly-once:2"]
     broker = EmbeddedBroker().start()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker
+from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +27,15 @@ def spark() -> Iterator[Any]:
     session = build_spark("ingest-tests", "local[2]", {"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real SeaweedFS S3 server for the session (skips, naming why, when it cannot run)."""
+    gen = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server = next(gen)
+    except S3Unavailable as e:
+        pytest.skip(f"no S3-compatible server: {e}")
+    yield server
+    gen.close()

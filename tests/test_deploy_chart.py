@@ -327,9 +327,16 @@ def test_driver_deployment(helm: Any, values: Path | None) -> None:
     docs = render(helm, values)
     dep = one(docs, "Deployment")
     spec = dep["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
     pod = spec["template"]["spec"]
     c = driver_container(docs)
+    if v["ha"]["enabled"]:  # test_warm_standby_replicas
+        assert spec["replicas"] == 2 and spec["strategy"]["type"] == "RollingUpdate"
+    else:
+        assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+        assert "ha" not in {p["name"] for p in c["ports"]}
+        assert not by_kind(docs, "PodDisruptionBudget")
+        assert "podAntiAffinity" not in pod.get("affinity", {})
+        assert "INGEST_ADVERTISE_HOST" not in {e["name"] for e in c["env"]}
     assert c["args"][:3] == ["run", "--config", "/etc/ingest/pipeline.yaml"]
     assert "command" not in c  # the image's entry point (tini → ingest) runs the args
     # probes on the health endpoints of the metrics port
@@ -373,7 +380,8 @@ def test_driver_deployment(helm: Any, values: Path | None) -> None:
         else:
             assert [p["metadata"]["name"] for p in pvcs] == [claim]
             executors_mount = v["spark"]["mode"] == "kubernetes" and "://" not in data_path(v)
-            auto = ["ReadWriteMany"] if executors_mount else ["ReadWriteOnce"]
+            shared = executors_mount or v["ha"]["enabled"]  # both drivers mount it
+            auto = ["ReadWriteMany"] if shared else ["ReadWriteOnce"]
             assert pvcs[0]["spec"]["accessModes"] == (v["persistence"]["accessModes"] or auto)
     else:
         assert "emptyDir" in vols["state"] and not by_kind(docs, "PersistentVolumeClaim")
@@ -424,7 +432,11 @@ def test_spark_client_mode_wiring(helm: Any, values: Path | None) -> None:
     assert cfg["spark"]["master"] == v["spark"]["kubernetesMaster"]
     assert cfg["spark"]["conf"]["spark.kubernetes.driver.pod.name"] == "${POD_NAME}"
     svc_name = svc["metadata"]["name"]
-    assert conf["spark.driver.host"] == f"{svc_name}.{NAMESPACE}.svc"
+    if v["ha"]["enabled"]:  # per driver pod, not the Service (test_warm_standby_replicas)
+        assert cfg["spark"]["conf"]["spark.driver.host"] == "${POD_IP}"
+        assert "spark.driver.host" not in conf
+    else:
+        assert conf["spark.driver.host"] == f"{svc_name}.{NAMESPACE}.svc"
     assert int(conf["spark.driver.port"]) == svc_ports["driver-rpc"]
     assert int(conf["spark.driver.blockManager.port"]) == svc_ports["blockmanager"]
     assert conf["spark.submit.deployMode"] == "client"
@@ -482,6 +494,90 @@ def test_rendered_pipeline_config_is_accepted_by_the_application(
     v = values_of(values)
     assert cfg.id == v["pipeline"]["id"]
     assert cfg.metrics.port == v["metrics"]["port"] and cfg.metrics.host == "0.0.0.0"
+
+
+def test_warm_standby_replicas(helm: Any) -> None:
+    """ha.enabled: two driver pods with pipeline.ha.mode auto, replaced one at a time, on
+    different nodes, each advertising its own pod IP (the liveness port, the Spark driver
+    its executors connect to); storage both pods can mount, or the install is refused."""
+    from pipeline.config import parse_config
+
+    docs = render(helm, None, "ha.enabled=true")
+    spec = one(docs, "Deployment")["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    anti = pod["affinity"]["podAntiAffinity"]
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = term["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["labelSelector"]["matchLabels"].items()
+        <= spec["template"]["metadata"]["labels"].items()
+    )
+    c = driver_container(docs)
+    assert {"name": "ha", "containerPort": 4050, "protocol": "TCP"} in c["ports"]
+    env = {e["name"]: e for e in c["env"]}
+    for name in ("INGEST_ADVERTISE_HOST", "POD_IP"):
+        assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    # spark.driver.host per pod (the headless Service would resolve to both drivers), and
+    # executor pods named after their driver (two drivers create executors)
+    data = configmap(docs)
+    defaults = spark_defaults(data["spark-defaults.conf"])
+    assert "spark.driver.host" not in defaults
+    assert "spark.kubernetes.executor.podNamePrefix" not in defaults
+    raw = yaml.safe_load(data["pipeline.yaml"])
+    assert raw["spark"]["conf"]["spark.driver.host"] == "${POD_IP}"
+    assert raw["spark"]["conf"]["spark.kubernetes.executor.podNamePrefix"] == "${POD_NAME}"
+    env_values = {"POD_IP": "10.1.2.3", "POD_NAME": "rel-ingest-5d8f7c9b4-x2k8q"}
+    cfg = parse_config(raw, env_values)
+    assert cfg.ha.mode == "auto" and cfg.ha.port == 4050
+    assert cfg.spark.conf["spark.driver.host"] == "10.1.2.3"
+    assert cfg.spark.conf["spark.kubernetes.executor.podNamePrefix"] == env_values["POD_NAME"]
+    # the state volume is shared by both drivers: ReadWriteMany; drains evict one at a time
+    (pvc,) = by_kind(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == term["labelSelector"]["matchLabels"]
+
+    # the CI value set: required anti-affinity, its own port and lease timing kept
+    ci = render(helm, CHART / "ci" / "ha-values.yaml")
+    pod = one(ci, "Deployment")["spec"]["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    ha = yaml.safe_load(configmap(ci)["pipeline.yaml"])["ha"]
+    assert ha == {"mode": "auto", "port": 4060, "renewSeconds": 2, "leaseSeconds": 6}
+    # all state in an object store: no volume needed
+    s3 = render(helm, CHART / "ci" / "objectstore-values.yaml", "ha.enabled=true")
+    assert one(s3, "Deployment")["spec"]["replicas"] == 2
+    assert not by_kind(s3, "PersistentVolumeClaim")
+
+    ha_on = ("--set", "ha.enabled=true")
+    r = helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client", *ha_on)
+    assert r.returncode == 0, r.stderr
+    notes = r.stdout.split("NOTES:", 1)[1]
+    assert "2 replicas, warm standby" in notes and "port 4050" in notes
+
+    # refused with one clear line: storage only one pod can mount, another ha.mode, a
+    # port taken
+    refused = [
+        (
+            "persistence.accessModes={ReadWriteOnce}",
+            "ha.enabled: both driver pods need the checkpoint and the table, but "
+            "pipeline.checkpointLocation, pipeline.sink.catalog.warehouse are on a volume "
+            "whose persistence.accessModes (ReadWriteOnce) lack ReadWriteMany",
+        ),
+        ("pipeline.ha.mode=standby", "pipeline.ha.mode is standby but ha.enabled runs"),
+        ("ha.port=9108", "ha.port (9108) is already used by the driver pod"),
+    ]
+    for bad, message in refused:
+        r = helm("template", RELEASE, str(CHART), "-n", NAMESPACE, *ha_on, "--set", bad)
+        assert r.returncode != 0, bad
+        first = r.stderr.strip().splitlines()[0]
+        assert first.startswith("Error: execution error") and message in first, r.stderr
 
 
 def test_monitoring_objects(helm: Any) -> None:

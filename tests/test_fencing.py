@@ -228,3 +228,32 @@ def _wait(cond: Any, timeout: float, what: str) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_paused_writer_whose_batch_a_newer_writer_recommitted_is_fenced(tmp_path: Path) -> None:
+    """The zombie pauses between its precommit and its table commit (a warm standby took
+    over meanwhile and recovery recommitted the zombie's instant). Its retry finds its
+    batch in the table -- committed by the newer epoch, not by it: it must stop fenced,
+    not report the batch committed."""
+    name = f"p{os.getpid()}_{int(time.time() * 1000) % 10**8}"
+    cfg = _cfg(tmp_path, {"warehouse": str(tmp_path / "wh")}, name)
+    inc = "incarnation-1"
+    zombie_sinks = IcebergTables.from_config(cfg)
+    zombie = Coordinator(cfg.id, zombie_sinks.main, None, timeline=zombie_sinks.timeline(cfg.id))
+    zombie.acquire_epoch("zombie")
+    zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
+    owner_sinks = IcebergTables.from_config(cfg)
+    owner = Coordinator(cfg.id, owner_sinks.main, None, timeline=owner_sinks.timeline(cfg.id))
+    start, end = PartitionOffsets({TP: 100}), PartitionOffsets({TP: 250})
+    recomputed: list[int] = []
+
+    def take_over() -> None:
+        owner.acquire_epoch("owner")
+        write = _writer(owner_sinks, 100, 250, lambda: recomputed.append(1))
+        assert owner.run_batch(inc, 1, start, end, write).outcome == "recommitted"
+
+    zombie.main = _RacingCommitter(zombie_sinks.main.iceberg, take_over)
+    with pytest.raises(FencedError, match="epoch"):
+        zombie.run_batch(inc, 1, start, end, _writer(zombie_sinks, 100, 250))
+    assert not recomputed
+    assert _offsets_in_table(owner_sinks) == Counter(range(250))

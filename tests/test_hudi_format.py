@@ -819,8 +819,10 @@ def test_config_errors_are_clear(tmp_path: Path) -> None:
         HudiTables.from_config(_config(tmp_path, recordKeyFields=["score"]))
     with pytest.raises(ConfigError, match="allowed: string"):
         HudiTables.from_config(_config(tmp_path, partitionFields=["ts"]))
-    with pytest.raises(ConfigError, match="local paths"):
-        HudiTables.from_config(_config(tmp_path, basePath="s3://bucket/events"))
+    with pytest.raises(ConfigError, match="local paths, file:/// and s3://"):
+        HudiTables.from_config(_config(tmp_path, basePath="gs://bucket/events"))
+    with pytest.raises(ConfigError, match="names no bucket|not an s3://bucket"):
+        HudiTables.from_config(_config(tmp_path, basePath="s3:///events"))
     bad = _config(tmp_path).model_dump(by_alias=True)
     bad["sink"].pop("hudi")
     with pytest.raises(ConfigError, match="sink.hudi.basePath is required"):

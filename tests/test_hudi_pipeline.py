@@ -6,9 +6,9 @@ dead-letter table together, as read by hudi-rs -- an independent Hudi reader.
 
 * In-process (shared SparkSession): dead letters, a replayed batch skipped, a deleted
   checkpoint resumed from the table's commit metadata.
-* Crash points: ``ingest run`` subprocesses SIGKILLed at a named fault point
-  (``INGEST_FAULT=<point>:kill``), restarted. One kill + recommit case runs by default;
-  the whole chain is ``slow``.
+* Crash points: ``ingest run`` subprocesses SIGKILLed at every named fault point
+  (``INGEST_FAULT=<point>:kill``), restarted (``slow``); a task attempt killed mid-write.
+  Recommit without recompute: tests/test_hudi_s3.py and the drills.
 * Optional: Spark's own Hudi reader, when the Hudi Spark bundle is on the classpath.
 """
 
@@ -34,8 +34,6 @@ from support.drivers import (
     logged_records,
     pipeline_config,
     produced,
-    run_cli,
-    run_driver_killed,
     run_driver_ok,
     write_config,
 )
@@ -165,31 +163,6 @@ def _check_clean(tmp: Path, config: Path) -> None:
             assert hudi_base_files(base) == referenced(base)
     for committer in (sinks.main, sinks.dead_letter):
         assert committer is not None and not committer.hudi.pending_times()
-
-
-@pytest.mark.slow  # the Iceberg twin runs by default; the Hudi drill recommits too
-def test_killed_after_precommit_is_recommitted_without_recomputing(
-    kafka_broker: KafkaTestBroker, tmp_path: Path
-) -> None:
-    topic = kafka_broker.new_topic("hudi-recommit", 2)
-    config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic)
-    r1 = produce(
-        kafka_broker.bootstrap_servers,
-        topic,
-        GeneratorSpec(count=800, malformed_fraction=0.05, seed=71),
-    )
-    run_driver_killed(config, "after-precommit:kill")
-    main = tmp_path / "lake" / "events"
-    staged = hudi_base_files(main)
-    assert staged and not (main / ".hoodie").exists()  # first commit never happened
-    assert hudi_read(main) is None
-    st = run_cli("status", "--config", str(config), COLUMNS="300")
-    assert st.returncode == 0, st.stderr
-    assert "inflight" in st.stdout and "does not exist yet" in st.stdout, st.stdout
-    run_driver_ok(config)
-    assert hudi_base_files(main) == staged  # the same files were committed, nothing recomputed
-    assert coords(tmp_path) == produced(r1)
-    _check_clean(tmp_path, config)
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from support.drivers import coords, iceberg_config, produced
-from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
+from support.s3_fixtures import S3Server
 
 from pipeline.app import Pipeline
 from pipeline.commit.checkpoint import CommitCheckpoint
@@ -56,17 +56,6 @@ from pipeline.tools.generator import GeneratorSpec, produce
 # ---------------------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    gen = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
-    try:
-        server = next(gen)
-    except S3Unavailable as e:
-        pytest.skip(f"no S3-compatible server: {e}")
-    yield server
-    gen.close()
 
 
 @pytest.fixture(scope="session")
@@ -169,6 +158,40 @@ def test_create_if_absent_race_exactly_one_wins(s3_server: S3Server, bucket: str
         assert len(winners) == 1, results
         assert results.count("lost") == threads - 1
         assert store.read(name) == f"writer-{winners[0][4:]}".encode()
+
+
+def test_standby_lease_on_s3_racing_standbys_one_wins(s3_server: S3Server, bucket: str) -> None:
+    """The warm-standby lease (commit/lease.py) on a real S3 store: eight standbys race for
+    a dead holder's generation at once; exactly one becomes active, the old owner steps
+    down at its next renewal, renewals are trimmed and the winner's claim (its liveness
+    address) survives them."""
+    from pipeline.commit.lease import Lease, Role
+    from pipeline.errors import LeaseLostError
+
+    store = make_store(s3_server, bucket)
+    old = Lease(store, "old", clock=time.monotonic, endpoint="10.0.0.1:4050")
+    assert old.try_acquire() and old.generation == 1
+    standbys = [
+        Lease(store, f"s{i}", clock=time.monotonic, endpoint=f"10.0.0.{i + 2}:4050")
+        for i in range(8)
+    ]
+    latest = standbys[0].peek()
+    barrier = threading.Barrier(len(standbys))
+
+    def race(lease: Lease) -> bool:
+        barrier.wait()
+        return lease.try_acquire(holder_gone=True, latest=latest)
+
+    with ThreadPoolExecutor(len(standbys)) as pool:
+        won = [s for s, ok in zip(standbys, pool.map(race, standbys), strict=True) if ok]
+    assert len(won) == 1 and won[0].generation == 2
+    with pytest.raises(LeaseLostError):
+        old.renew()
+    assert old.role is Role.STOPPED
+    for _ in range(4):
+        won[0].renew()
+    assert len(store.list("ha")) <= 4  # claims of both generations may stay, beats trimmed
+    assert won[0].store.endpoint(2) == won[0].endpoint
 
 
 def test_read_list_delete(s3_server: S3Server, bucket: str) -> None:

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "scripts" / "spark-submit.sh"
@@ -177,48 +173,4 @@ def test_unknown_mode_and_option_are_named() -> None:
     assert r.returncode == 2 and "unknown option --set (pipeline options go after --)" in r.stderr
 
 
-# -- a real submission ----------------------------------------------------------------------
-
-
-@pytest.mark.slow  # tests/test_cli.py submits pipeline/main.py by default
-def test_standalone_path_submits_to_local2_and_commits(tmp_path: Path) -> None:
-    """`scripts/spark-submit.sh standalone --master local[2]`: spark-submit runs the launcher
-    with the package from the --py-files zip and the example config; the table gets rows."""
-    from pipeline.config import load_config
-    from pipeline.tools.broker import EmbeddedBroker
-    from pipeline.tools.generator import GeneratorSpec, produce
-
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    if not spark_submit.exists():
-        pytest.skip("spark-submit not found next to the interpreter (PyPI pyspark)")
-    with EmbeddedBroker(num_brokers=1) as broker:
-        broker.create_topic("events", 2)
-        res = produce(broker.bootstrap_servers, "events", GeneratorSpec(count=200, seed=3), 2)
-        assert res.produced == 200
-        overrides = [
-            f"source.bootstrapServers={broker.bootstrap_servers}",
-            f"checkpointLocation={tmp_path / 'checkpoint'}",
-            f"sink.catalog.warehouse={tmp_path / 'warehouse'}",
-            "trigger.mode=available-now",
-            "metrics.port=0",
-        ]
-        set_args = [x for o in overrides for x in ("--set", o)]
-        r = submit(
-            "standalone", "--master", "local[2]", "--config", str(EXAMPLE), "--", *set_args,
-            env={"SPARK_SUBMIT": str(spark_submit), "INGEST_SPARK_LOG_LEVEL": "ERROR"},
-        )  # fmt: skip
-        assert r.returncode == 0, r.stdout + r.stderr[-4000:]
-        # spark-submit's PythonRunner forwards the driver's stderr on its stdout
-        m = re.search(r"ingest: package pipeline from (\S+)", r.stdout + r.stderr)
-        assert m, r.stdout[-2000:]
-        assert m.group(1) == str(ROOT / "dist" / "spark" / "pipeline.zip" / "pipeline")
-        assert re.search(r"stopped: [1-9]\d* batches committed", r.stdout), r.stdout
-
-    cfg = load_config(EXAMPLE, overrides)
-    from pyiceberg.catalog import load_catalog
-
-    table = load_catalog(
-        cfg.sink.catalog.name, **cfg.sink.catalog.pyiceberg_properties()
-    ).load_table(cfg.sink.table)
-    assert table.scan().to_arrow().num_rows == 200
-    assert table.current_snapshot().summary["ingest.pipeline-id"] == cfg.id
+# A real submission to a standalone master: tests/test_cluster.py (slow).

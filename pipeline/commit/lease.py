@@ -6,8 +6,10 @@ over within ``lease_s`` of the active replica dying, instead of a cold start.
 
 Layout in the journal store (create-if-absent, read, list, delete; local or S3):
 
-    ha/<generation>.claim            the one replica that owns generation g
-    ha/<generation>.<seq>.beat       its renewals, seq 0, 1, 2, ... (older ones trimmed)
+    ha/<generation>.claim            the one replica that owns generation g (and the
+                                     address of its liveness port, if it has one)
+    ha/<generation>.<seq>.beat       its renewals, seq 0, 1, 2, ... (older entries are
+                                     trimmed, the owner's own claim is kept)
     ha/<generation>.released         it stopped cleanly: the next one need not wait
 
 Invariants
@@ -17,7 +19,10 @@ Invariants
     newest entry has not changed for ``lease_s`` since this observer first saw it. No
     timestamps written by another host are compared, so clock skew cannot make a live
     owner look dead; only an owner that stopped renewing (dead, paused, partitioned) can.
-  * A released lease, or none at all, is free at once.
+  * A released lease, or none at all, is free at once. So is a generation whose owner
+    is known to be gone (``holder_gone``: its liveness connection closed and its port
+    refuses connections -- the kernel closes a killed process's sockets at once); a
+    wrong "gone" costs a needless take-over, never correctness.
   * The owner of generation g steps down (``LeaseLostError``) when it sees any entry of
     a higher generation, or when it has not renewed successfully for ``lease_s`` (a
     standby may be taking over; it cannot prove otherwise).
@@ -31,8 +36,9 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from pipeline.commit.journal import AlreadyExists, JournalStore, encode_entry
+from pipeline.commit.journal import AlreadyExists, JournalStore, decode_entry, encode_entry
 from pipeline.errors import LeaseLostError
 
 log = logging.getLogger(__name__)
@@ -94,20 +100,38 @@ class LeaseStore:
         marks = self.marks()
         return marks[-1] if marks else None
 
-    def put(self, mark: LeaseMark, owner: str) -> bool:
+    def put(self, mark: LeaseMark, owner: str, endpoint: str | None = None) -> bool:
         """Create ``mark``; False when it exists already (another replica's)."""
+        payload = {"owner": owner} if endpoint is None else {"owner": owner, "endpoint": endpoint}
         try:
-            self.store.create(mark.name, encode_entry({"owner": owner}))
+            self.store.create(mark.name, encode_entry(payload))
         except AlreadyExists:
             return False
         return True
 
-    def trim(self, older: list[LeaseMark]) -> None:
+    def claim(self, generation: int) -> dict[str, Any]:
+        """What the owner of ``generation`` wrote in its claim (``owner``, ``endpoint``);
+        empty when it is gone or unreadable (the lease's expiry still decides)."""
+        name = LeaseMark(generation, MarkKind.CLAIM).name
+        try:
+            data = self.store.read(name)
+            return decode_entry(name, data) if data else {}
+        except Exception:
+            return {}
+
+    def endpoint(self, generation: int) -> str | None:
+        """The liveness address (``host:port``) the owner of ``generation`` published."""
+        value = self.claim(generation).get("endpoint")
+        return value if isinstance(value, str) else None
+
+    def trim(self, older: list[LeaseMark], generation: int) -> None:
         """Delete all but the newest of ``older`` (sorted entries listed before the one
-        just written; best effort)."""
+        just written; best effort), keeping ``generation``'s claim (its endpoint)."""
+        keep = LeaseMark(generation, MarkKind.CLAIM)
         for m in older[:-1]:
-            with contextlib.suppress(Exception):
-                self.store.delete(m.name)
+            if m != keep:
+                with contextlib.suppress(Exception):
+                    self.store.delete(m.name)
 
 
 _NOTHING = LeaseMark(-1, MarkKind.CLAIM)  # what a patient watch sees before any lease
@@ -170,9 +194,11 @@ class Lease:
         renew_s: float = 1.0,
         clock: Callable[[], float],
         patient: bool = False,
+        endpoint: str | None = None,
     ) -> None:
         self.store = LeaseStore(store)
         self.owner = owner
+        self.endpoint = endpoint  # published in this replica's claims
         self.lease_s = lease_s
         self.renew_s = renew_s
         self.clock = clock
@@ -182,12 +208,20 @@ class Lease:
         self._seq = 0
         self._renewed_at = 0.0
 
-    def try_acquire(self) -> bool:
-        """Standby: take the lease if it is free or expired; True once this replica owns it."""
+    def peek(self) -> LeaseMark | None:
+        """The lease's newest entry (one listing)."""
+        return self.store.latest()
+
+    def try_acquire(self, *, holder_gone: bool = False, latest: LeaseMark | None = None) -> bool:
+        """Standby: take the lease if it is free or expired, or ``holder_gone`` (the owner
+        of ``latest``'s generation, as peeked, is known to be gone); True once this
+        replica owns it. Without ``latest`` the store is listed now."""
         if self.role is not Role.STANDBY:
             return self.role is Role.ACTIVE
-        latest = self.store.latest()
-        return self.watch.expired(latest) and self._claim_after(latest)
+        if latest is None:
+            latest = self.store.latest()
+        expired = self.watch.expired(latest)
+        return (expired or (holder_gone and latest is not None)) and self._claim_after(latest)
 
     def take(self) -> None:
         """``ha.mode: active``: own the next generation now, live owner or not (it stops
@@ -198,7 +232,7 @@ class Lease:
     def _claim_after(self, latest: LeaseMark | None) -> bool:
         """Claim the generation after ``latest``'s; True when this replica got it."""
         generation = (latest.generation if latest else 0) + 1
-        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner):
+        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner, self.endpoint):
             log.info("lease generation %d was claimed by another replica", generation)
             return False
         self.role, self.generation, self._seq = Role.ACTIVE, generation, 0
@@ -219,7 +253,7 @@ class Lease:
                 self._lose(f"lease entry {beat.name} exists already")
             self._seq += 1
             self._renewed_at = self.clock()
-            self.store.trim(marks)
+            self.store.trim(marks, self.generation)
         except LeaseLostError:
             raise
         except Exception as e:

@@ -173,7 +173,7 @@ class KafkaMetadata:
     ) -> dict[TopicPartition, int]:
         """First offset with a timestamp >= ``timestamp_ms`` (the end if none)."""
         tps = list(tps)
-        found = self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp_ms))
+        found = self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp_ms), none_found_ok=True)
         ends = self._list_offsets(tps, OffsetSpec.latest())
         return {tp: (found[tp] if found[tp] >= 0 else ends[tp]) for tp in tps}
 
@@ -220,12 +220,14 @@ class KafkaMetadata:
                     self._admin = AdminClient({**admin_config(self._conf), "log_level": 2})
 
     def _list_offsets(
-        self, tps: list[TopicPartition], spec: OffsetSpec
+        self, tps: list[TopicPartition], spec: OffsetSpec, *, none_found_ok: bool = False
     ) -> dict[TopicPartition, int]:
-        return self._patiently("listing offsets", lambda: self._list_offsets_once(tps, spec))
+        return self._patiently(
+            "listing offsets", lambda: self._list_offsets_once(tps, spec, none_found_ok)
+        )
 
     def _list_offsets_once(
-        self, tps: list[TopicPartition], spec: OffsetSpec
+        self, tps: list[TopicPartition], spec: OffsetSpec, none_found_ok: bool
     ) -> dict[TopicPartition, int]:
         request = {KTopicPartition(tp.topic, tp.partition): spec for tp in tps}
         try:
@@ -235,7 +237,16 @@ class KafkaMetadata:
             out = {}
             for ktp, fut in futures.items():
                 info = fut.result(timeout=self._timeout)
-                out[TopicPartition(ktp.topic, ktp.partition)] = int(info.offset)
+                offset = int(info.offset)
+                # A broker going down mid-request can answer without an error but with
+                # OFFSET_INVALID (-1001); taken as an end offset it reads as "topic
+                # recreated". Only a timestamp look-up has a legitimate -1 (none found).
+                if offset < 0 and not (none_found_ok and offset == -1):
+                    raise BrokerUnavailableError(
+                        f"listing offsets on {self.bootstrap_servers}: partition "
+                        f"{ktp.topic}[{ktp.partition}] answered with no offset ({offset})"
+                    )
+                out[TopicPartition(ktp.topic, ktp.partition)] = offset
             return out
         except KafkaException as e:
             err = e.args[0] if e.args else None

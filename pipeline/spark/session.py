@@ -61,29 +61,33 @@ def build_spark(
     from pyspark.sql import SparkSession
 
     options = {"spark.app.name": app_name}
-    if master:
-        options["spark.master"] = master
-    elif not os.environ.get("SPARK_MASTER") and "spark.master" not in (conf or {}):
-        # Under spark-submit the master is already in the JVM's conf; getOrCreate keeps it.
-        options["spark.master"] = os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
     log4j = os.path.join(
         os.path.dirname(os.path.dirname(__file__)), "resources", "log4j2.properties"
     )
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"
-    options.update(
-        {
-            "spark.driver.extraJavaOptions": java_opts,
-            "spark.executor.extraJavaOptions": java_opts,
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.sql.shuffle.partitions": "4",
-            "spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.sql.session.timeZone": "UTC",
-            "spark.python.worker.reuse": "true",
-            "spark.sql.streaming.stopActiveRunOnRestart": "true",
-            **dict(conf or {}),
-        }
-    )
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.stopActiveRunOnRestart": "true",
+    }
+    if os.path.isfile(log4j):  # not when the package runs from a --py-files zip
+        java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"
+        defaults["spark.driver.extraJavaOptions"] = java_opts
+        defaults["spark.executor.extraJavaOptions"] = java_opts
+    if master:
+        options["spark.master"] = master
+    elif not os.environ.get("SPARK_MASTER"):
+        defaults["spark.master"] = os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
+    # Under spark-submit the JVM's conf already holds its --master, --conf and properties
+    # file: our defaults only fill the gaps (a builder option would override them: a
+    # `spark-submit --master spark://…` then ran everything in local[*]). The pipeline
+    # config's spark.master / spark.conf win over both.
+    given = _submitted_conf()
+    options.update({k: v for k, v in defaults.items() if k not in given})
+    options.update(conf or {})
     sigint = signal.getsignal(signal.SIGINT)
     _launch_jvm(options)
     builder = SparkSession.builder
@@ -96,6 +100,17 @@ def build_spark(
     spark.sparkContext.setLogLevel(os.environ.get("INGEST_SPARK_LOG_LEVEL", "WARN"))
     register_source(spark)
     return spark
+
+
+def _submitted_conf() -> set[str]:
+    """Keys spark-submit (or another launcher that started the JVM and handed us its
+    gateway) already set; empty when this program will start the JVM itself."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return set()
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to that JVM: SparkConf() then reads it
+    return {k for k, _ in SparkConf().getAll()}
 
 
 def _handles(handler: object) -> bool:

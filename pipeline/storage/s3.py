@@ -198,7 +198,14 @@ class S3JournalStore:
     ) -> S3JournalStore:
         """A store at ``s3://bucket/prefix`` configured by pyiceberg-style ``s3.*`` props."""
         bucket, prefix = split_s3_uri(uri)
-        s = S3Settings.from_properties(properties or {})
+        settings = S3Settings.from_properties(properties or {})
+        return cls.from_settings(bucket, prefix, settings, **kwargs)
+
+    @classmethod
+    def from_settings(
+        cls, bucket: str, prefix: str, s: S3Settings, **kwargs: Any
+    ) -> S3JournalStore:
+        """A store at ``bucket``/``prefix`` reached with the connection settings ``s``."""
         return cls(
             bucket,
             prefix,

@@ -271,6 +271,7 @@ def _print_journal(cfg: PipelineConfig, tables: Any, console: Console) -> None:
     timeline = tables.timeline(cfg.id)
     epochs = timeline.epochs()
     console.print(f"writer epoch: {epochs[-1] if epochs else 'none acquired yet'}")
+    console.print(f"standby lease: {_lease_line(timeline.store)}")
     pending = timeline.pending()
     if not pending:
         console.print("pending instants: none")
@@ -294,3 +295,19 @@ def _print_journal(cfg: PipelineConfig, tables: Any, console: Console) -> None:
             str(files),
         )
     console.print(rt)
+
+
+def _lease_line(store: Any) -> str:
+    """Who holds the warm-standby lease (``ha.mode``), as its newest entries say."""
+    from pipeline.commit.lease import LeaseStore, MarkKind
+
+    lease = LeaseStore(store)
+    latest = lease.latest()
+    if latest is None:
+        return "none (ha.mode off, or no replica took it yet)"
+    claim = lease.claim(latest.generation)
+    who = claim.get("owner", "?")
+    if latest.kind is MarkKind.RELEASED:
+        return f"generation {latest.generation} released by {who} (free)"
+    link = f", liveness port {claim['endpoint']}" if claim.get("endpoint") else ""
+    return f"generation {latest.generation} held by {who}{link}"

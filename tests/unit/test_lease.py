@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.commit.journal import JournalStore
 from pipeline.commit.lease import Lease, LeaseMark, MarkKind, Role
-from pipeline.errors import FencedError, LeaseLostError
+from pipeline.errors import ConfigError, FencedError, LeaseLostError
 from pipeline.storage.local import LocalJournalStore
 
 LEASE_S = 3.0
@@ -222,3 +222,83 @@ def test_metrics_show_the_role_and_a_warm_standby_is_ready() -> None:
     assert "ingest_ha_active 1.0" in text and "ingest_ha_takeovers_total 1.0" in text
     assert m.readiness() == (False, "query not started")  # active: the query decides
     assert {"ingest_ha_role", "ingest_ha_takeovers_total"} <= m.exported_names()
+
+
+def test_a_gone_holder_is_replaced_at_once_and_its_endpoint_is_published(
+    store: JournalStore,
+) -> None:
+    clock = Clock()
+    a = Lease(store, "a", lease_s=LEASE_S, clock=clock, endpoint="10.0.0.7:4050")
+    assert a.try_acquire()
+    for _ in range(4):  # trimming the renewals keeps the owner's claim
+        clock.advance(1.0)
+        a.renew()
+    assert len(store.list("ha")) <= 3
+    assert a.store.endpoint(1) == "10.0.0.7:4050" and a.store.endpoint(2) is None
+    standbys = [_replica(store, f"s{i}", clock) for i in range(3)]
+    latest = standbys[0].peek()
+    assert latest == LeaseMark(1, MarkKind.BEAT, 3)
+    # no expiry, no gone holder: nothing; gone: all race, exactly one wins, no waiting
+    assert not any(s.try_acquire(latest=latest) for s in standbys)
+    won = [s for s in standbys if s.try_acquire(holder_gone=True, latest=latest)]
+    assert len(won) == 1 and won[0].generation == 2
+    with pytest.raises(LeaseLostError):
+        a.renew()
+
+
+def test_liveness_link_tells_a_dead_holder_from_a_live_one() -> None:
+    """Real sockets: a killed holder process (its beacon's connections and listener close
+    with it) is gone at once; a live one is not, nor is an address nobody can reach."""
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.standby.liveness import HolderLink, LivenessBeacon
+
+    live = LivenessBeacon("127.0.0.1")
+    link = HolderLink()
+    link.follow(1, live.address)
+    assert link.linked and not link.gone(0.2)
+    code = (
+        "import sys, time; from pipeline.standby.liveness import LivenessBeacon; "
+        "b = LivenessBeacon('127.0.0.1'); print(b.address, flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        address = holder.stdout.readline().strip()
+        dead = HolderLink()
+        dead.follow(2, address)
+        assert dead.linked and not dead.gone(0.1)
+        holder.kill()
+        t0 = time.monotonic()
+        assert dead.gone(5.0)
+        assert time.monotonic() - t0 < 1.0
+        # a claim whose holder died before we looked (or a wrong advertised address):
+        # refused without a held connection proves nothing, the lease decides
+        late = HolderLink()
+        late.follow(2, address)
+        assert not late.linked and not late.gone(0.0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not link.gone(0.0)  # the live one is still linked
+    port = int(live.address.rsplit(":", 1)[1])
+    with pytest.raises(ConfigError, match=rf"ha.port {port}: cannot listen"):
+        LivenessBeacon("127.0.0.1", port)  # taken: one line naming the setting
+    unreachable = HolderLink()
+    unreachable.follow(3, "not-an-address")
+    assert not unreachable.linked and not unreachable.gone(0.0)
+    link.close()
+    live.close()
+
+
+def test_status_names_the_lease_holder(store: JournalStore) -> None:
+    from pipeline.tools.status import _lease_line
+
+    assert _lease_line(store).startswith("none")
+    a = Lease(store, "host-a:41", clock=Clock(), endpoint="10.0.0.7:4050")
+    assert a.try_acquire()
+    assert _lease_line(store) == "generation 1 held by host-a:41, liveness port 10.0.0.7:4050"
+    a.release()
+    assert _lease_line(store) == "generation 1 released by host-a:41 (free)"

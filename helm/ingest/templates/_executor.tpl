@@ -84,6 +84,13 @@ env:
   {{- if $driver }}
   - name: SPARK_CONF_DIR
     value: {{ include "ingest.sparkConfDir" . }}
+  {{- if .Values.ha.enabled }}
+  # the host in this replica's lease claim: standbys connect to it on the ha port
+  - name: INGEST_ADVERTISE_HOST
+    valueFrom:
+      fieldRef:
+        fieldPath: status.podIP
+  {{- end }}
   {{- end }}
   {{- range .Values.secretEnv }}
   - name: {{ .name }}

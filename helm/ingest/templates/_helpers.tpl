@@ -81,11 +81,43 @@ app.kubernetes.io/part-of: kafka-lakehouse-ingest
 {{- if and (eq .Values.spark.mode "kubernetes") .Values.persistence.enabled $data (include "ingest.isLocalPath" $data) -}}true{{- end -}}
 {{- end -}}
 
-{{/* The PVC's access modes: persistence.accessModes, or chosen from the Spark mode. */}}
+{{/* The pipeline's exactly-once state paths by value key: checkpoint, warehouse (with its
+     SQLite catalog and the journal; not for sink.format hudi) and, for Hudi, the base
+     paths (the journal inside). As JSON. */}}
+{{- define "ingest.statePaths" -}}
+{{- $p := .Values.pipeline -}}
+{{- $statePaths := dict "pipeline.checkpointLocation" $p.checkpointLocation -}}
+{{- if ne ($p.sink.format | default "iceberg") "hudi" -}}{{/* a Hudi-only pipeline has no catalog */}}
+{{- $_ := set $statePaths "pipeline.sink.catalog.warehouse" $p.sink.catalog.warehouse -}}
+{{- end -}}
+{{- with $p.sink.hudi -}}
+{{- $_ := set $statePaths "pipeline.sink.hudi.basePath" .basePath -}}
+{{- with .deadLetterBasePath }}{{- $_ := set $statePaths "pipeline.sink.hudi.deadLetterBasePath" . -}}{{- end -}}
+{{- end -}}
+{{- toJson $statePaths -}}
+{{- end -}}
+
+{{/* The value keys of the state paths on the state volume (local paths), comma-separated;
+     "" when all state lives in an object store. */}}
+{{- define "ingest.localStateKeys" -}}
+{{- $keys := list -}}
+{{- range $key, $path := include "ingest.statePaths" . | fromJson -}}
+{{- if include "ingest.isLocalPath" $path }}{{ $keys = append $keys $key }}{{ end -}}
+{{- end -}}
+{{- join ", " $keys -}}
+{{- end -}}
+
+{{/* "true" when two driver pods (ha.enabled) mount the state volume. */}}
+{{- define "ingest.haSharesState" -}}
+{{- if and .Values.ha.enabled .Values.persistence.enabled (include "ingest.localStateKeys" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The PVC's access modes: persistence.accessModes, or chosen from the Spark mode and
+     ha.enabled (ReadWriteMany when more than one pod mounts the volume). */}}
 {{- define "ingest.accessModes" -}}
 {{- if .Values.persistence.accessModes -}}
 {{- toYaml .Values.persistence.accessModes -}}
-{{- else if include "ingest.executorsMountState" . -}}
+{{- else if or (include "ingest.executorsMountState" .) (include "ingest.haSharesState" .) -}}
 {{- toYaml (list "ReadWriteMany") -}}
 {{- else -}}
 {{- toYaml (list "ReadWriteOnce") -}}
@@ -100,12 +132,7 @@ one line naming the values to change.
 {{- $v := .Values -}}
 {{- $p := $v.pipeline -}}
 {{- $mount := trimSuffix "/" $v.persistence.mountPath -}}
-{{- $statePaths := dict "pipeline.checkpointLocation" $p.checkpointLocation "pipeline.sink.catalog.warehouse" $p.sink.catalog.warehouse -}}
-{{- with $p.sink.hudi -}}
-{{- $_ := set $statePaths "pipeline.sink.hudi.basePath" .basePath -}}
-{{- with .deadLetterBasePath }}{{- $_ := set $statePaths "pipeline.sink.hudi.deadLetterBasePath" . -}}{{- end -}}
-{{- end -}}
-{{- range $key, $path := $statePaths -}}
+{{- range $key, $path := include "ingest.statePaths" . | fromJson -}}
 {{- if include "ingest.isLocalPath" $path -}}
 {{- if not $v.persistence.enabled -}}
 {{- fail (printf "%s is the local path %q but persistence.enabled is false: exactly-once state would be lost with the pod. Enable persistence (a PVC) or use an object store URI (s3a://…, gs://…)." $key $path) -}}
@@ -116,8 +143,29 @@ one line naming the values to change.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if and $v.ha.enabled (include "ingest.haSharesState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" (include "ingest.accessModes" . | fromYamlArray))) -}}
+{{- fail (printf "ha.enabled: both driver pods need the checkpoint and the table, but %s are on a volume whose persistence.accessModes (%s) lack ReadWriteMany. Use persistence.accessModes: [ReadWriteMany] (or [] to choose it), or put them on an object store (s3a://…)." (include "ingest.localStateKeys" .) (include "ingest.accessModes" . | fromYamlArray | join ", ")) -}}
+{{- end -}}
 {{- if and (include "ingest.executorsMountState" .) (not $v.persistence.existingClaim) (not (has "ReadWriteMany" (include "ingest.accessModes" . | fromYamlArray))) -}}
 {{- fail "persistence.accessModes must include ReadWriteMany: with spark.mode=kubernetes the executor pods write data files into the warehouse (or Hudi base path) on that volume. Alternatively put pipeline.sink.catalog.warehouse on an object store, or use spark.mode=local." -}}
+{{- end -}}
+{{- if $v.ha.enabled -}}
+{{- with $p.ha -}}
+{{- if and (hasKey . "mode") (ne (toString .mode) "auto") -}}
+{{- fail (printf "pipeline.ha.mode is %v but ha.enabled runs two identical driver pods with pipeline.ha.mode auto (the chart sets it): remove pipeline.ha.mode." .mode) -}}
+{{- end -}}
+{{- if and (hasKey . "port") (ne (int .port) (int $v.ha.port)) -}}
+{{- fail (printf "pipeline.ha.port (%v) differs from ha.port (%v): with ha.enabled the chart sets pipeline.ha.port from ha.port (the containerPort named ha); set ha.port only." .port $v.ha.port) -}}
+{{- end -}}
+{{- end -}}
+{{- if ne ((($p.commit | default dict).mode) | default "exactly-once") "exactly-once" -}}
+{{- fail "ha.enabled needs pipeline.commit.mode exactly-once: the lease lives in its journal, and only its writer epoch fences the replica taken over." -}}
+{{- end -}}
+{{- $used := list (int $v.metrics.port) -}}
+{{- if eq $v.spark.mode "kubernetes" }}{{ $used = concat $used (list (int $v.spark.driver.port) (int $v.spark.driver.blockManagerPort)) }}{{ end -}}
+{{- if has (int $v.ha.port) $used -}}
+{{- fail (printf "ha.port (%v) is already used by the driver pod (metrics.port, spark.driver.port or spark.driver.blockManagerPort): choose another port." $v.ha.port) -}}
+{{- end -}}
 {{- end -}}
 {{- $stopTimeout := 25.0 -}}
 {{- with $p.run -}}{{- if hasKey . "stopTimeoutSeconds" -}}{{- $stopTimeout = float64 .stopTimeoutSeconds -}}{{- end -}}{{- end -}}
@@ -164,8 +212,20 @@ one line naming the values to change.
 {{- else -}}
 {{- $_ := set $spark "master" .Values.spark.local.master -}}
 {{- end -}}
+{{- if and .Values.ha.enabled (eq .Values.spark.mode "kubernetes") -}}
+{{- /* per pod, not the headless Service (it resolves to both driver pods): executors
+       connect to their own driver, and are named after it (two drivers, one namespace) */ -}}
+{{- $_ := set $sparkConf "spark.driver.host" "${POD_IP}" -}}
+{{- $_ := set $sparkConf "spark.kubernetes.executor.podNamePrefix" "${POD_NAME}" -}}
+{{- end -}}
 {{- $_ := set $spark "conf" $sparkConf -}}
 {{- $_ := set $cfg "spark" $spark -}}
+{{- if .Values.ha.enabled -}}
+{{- $ha := deepCopy (default dict $cfg.ha) -}}
+{{- $_ := set $ha "mode" "auto" -}}
+{{- $_ := set $ha "port" .Values.ha.port -}}
+{{- $_ := set $cfg "ha" $ha -}}
+{{- end -}}
 {{- $_ := set $cfg "metrics" (dict "enabled" true "host" "0.0.0.0" "port" .Values.metrics.port "lagRefreshSeconds" .Values.metrics.lagRefreshSeconds) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -189,9 +249,7 @@ one line naming the values to change.
   "spark.kubernetes.container.image.pullPolicy" .Values.image.pullPolicy
   "spark.kubernetes.executor.podTemplateFile" (printf "%s/executor-pod-template.yaml" (include "ingest.sparkConfDir" .))
   "spark.kubernetes.executor.podTemplateContainerName" "executor"
-  "spark.kubernetes.executor.podNamePrefix" (include "ingest.fullname" . | trunc 47 | trimSuffix "-")
   "spark.kubernetes.executor.deleteOnTermination" "true"
-  "spark.driver.host" (printf "%s.%s.svc" $svc .Release.Namespace)
   "spark.driver.bindAddress" "0.0.0.0"
   "spark.driver.port" (toString $s.driver.port)
   "spark.driver.blockManager.port" (toString $s.driver.blockManagerPort)
@@ -200,6 +258,11 @@ one line naming the values to change.
   "spark.executor.memoryOverhead" $s.executor.memoryOverhead
   "spark.kubernetes.executor.request.cores" (toString (default $s.executor.cores $s.executor.requestCores))
 ) -}}
+{{- if not .Values.ha.enabled -}}
+{{- /* with ha.enabled both are per pod: in pipeline.yaml (ingest.pipelineConfig) */ -}}
+{{- $_ := set $conf "spark.driver.host" (printf "%s.%s.svc" $svc .Release.Namespace) -}}
+{{- $_ := set $conf "spark.kubernetes.executor.podNamePrefix" (include "ingest.fullname" . | trunc 47 | trimSuffix "-") -}}
+{{- end -}}
 {{- with .Values.imagePullSecrets -}}
 {{- $_ := set $conf "spark.kubernetes.container.image.pullSecrets" (join "," .) -}}
 {{- end -}}
@@ -221,7 +284,27 @@ one line naming the values to change.
 {{- $_ := set $conf $k (toString $v) -}}
 {{- end -}}
 # spark-defaults.conf rendered by the ingest chart (spark.mode={{ $s.mode }})
+{{- if and .Values.ha.enabled (eq $s.mode "kubernetes") }}
+# ha.enabled: spark.driver.host and spark.kubernetes.executor.podNamePrefix are per driver
+# pod, set in pipeline.yaml (spark.conf) from POD_IP and POD_NAME
+{{- end }}
 {{- range $k := keys $conf | sortAlpha }}
 {{ printf "%-50s %s" $k (get $conf $k) }}
 {{- end }}
+{{- end -}}
+
+{{/* The driver pod's affinity: .Values.affinity plus, with ha.enabled, anti-affinity
+     between the driver pods (unless .Values.affinity has its own podAntiAffinity). */}}
+{{- define "ingest.affinity" -}}
+{{- $aff := deepCopy (default dict .Values.affinity) -}}
+{{- if and .Values.ha.enabled (not (hasKey $aff "podAntiAffinity")) -}}
+{{- $match := merge (include "ingest.selectorLabels" . | fromYaml) (dict "app.kubernetes.io/component" "driver") -}}
+{{- $term := dict "labelSelector" (dict "matchLabels" $match) "topologyKey" .Values.ha.antiAffinityTopologyKey -}}
+{{- if eq .Values.ha.antiAffinity "required" -}}
+{{- $_ := set $aff "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $_ := set $aff "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- end -}}
+{{- end -}}
+{{- if $aff }}{{ toYaml $aff }}{{ end -}}
 {{- end -}}

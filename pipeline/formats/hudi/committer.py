@@ -5,10 +5,11 @@ Commit of instant ``T`` (under the table lock; see :mod:`pipeline.formats.hudi.l
 
 1. the table is loaded and checked (version 6, layout 1, COW, no metadata table, the
    configured key and partition fields);
-2. the batch is looked up in the completed commits, newest first: already there -> done
+2. the writer epoch is checked: a fence record or a commit of this pipeline at a higher
+   epoch -> ``FencedError`` (first: a superseded writer stops even when the newer one
+   committed its batch for it, as recovery does for a paused writer's instant);
+3. the batch is looked up in the completed commits, newest first: already there -> done
    (idempotent per (pipeline, incarnation, batch id, planned end offsets));
-3. the writer epoch is checked: a fence record or a commit of this pipeline at a higher
-   epoch -> ``FencedError``;
 4. every listed file must exist with its staged size;
 5. stray files of ``T`` (task-retry debris: same instant, same pipeline tag, not listed)
    are deleted -- Hudi readers list files and WOULD read them;
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -54,13 +56,13 @@ from pipeline.formats.hudi.layout import (
     commit_name,
     file_tag,
     parse_write_id,
-    remove,
     requested_name,
 )
 from pipeline.formats.hudi.schema import HudiTableSpec
+from pipeline.formats.hudi.slots import CommitSlots, Slot
+from pipeline.formats.hudi.storage import TableFiles
 from pipeline.formats.hudi.table import _MAX_SCAN, SCHEMA_KEY, HudiTable
 from pipeline.formats.hudi.writer import HudiWriteContext, describe
-from pipeline.storage.atomic import write_file
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,30 @@ class HudiCommitter:
         # Tables this one's commits follow (the dead-letter table of the same batches):
         # when T commits here, their pending T that staged nothing is discarded.
         self.followers: list[HudiCommitter] = []
+
+    @property
+    def files(self) -> TableFiles:
+        return self.hudi.files
+
+    def _rel(self, path: str) -> str:
+        """``path`` (absolute, ``file://`` or ``s3://``) relative to the table base."""
+        return path.removeprefix("file://").removeprefix(self.hudi.base.rstrip("/") + "/")
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - one committer per table, few pipelines
+    def _slots(self, pipeline_id: str) -> CommitSlots:
+        """Where fences and commits are ordered on an object store (no cross-process lock)."""
+        return CommitSlots(
+            self.hudi.files, pipeline_id, self._materialize, f"Hudi table {self.hudi.base}"
+        )
+
+    def _materialize(self, slot: Slot) -> None:
+        """Write the ``.commit`` of a decided commit slot (creating the table if needed)."""
+        assert slot.instant is not None and slot.metadata is not None
+        with self.hudi.locked() as meta:
+            if not self.hudi.exists():
+                self.hudi.create(meta, slot.instant, slot.metadata)
+            elif self.files.stat(f"{meta}/{commit_name(slot.instant)}") is None:
+                self.hudi.complete(meta, slot.instant, slot.metadata)
 
     @property
     def spec(self) -> HudiTableSpec:
@@ -186,8 +212,9 @@ class HudiCommitter:
     def last_commit_time(self, pipeline_id: str) -> float | None:
         """Unix time of this pipeline's newest commit (the ``.commit`` file's mtime)."""
         for ts, _ in self._checkpoints(pipeline_id):
-            with contextlib.suppress(FileNotFoundError):
-                return os.path.getmtime(os.path.join(self.hudi.paths.meta, commit_name(ts)))
+            st = self.files.stat(f"{self.hudi.paths.meta}/{commit_name(ts)}")
+            if st is not None:
+                return st.mtime
         return None
 
     def table(self) -> None:
@@ -201,12 +228,13 @@ class HudiCommitter:
         return TablePaths.own(meta, "fence", pipeline_id)
 
     def _fence_epoch(self, meta: str, pipeline_id: str) -> int:
-        path = self._fence_path(meta, pipeline_id)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        if not self.files.exclusive_lock:
+            return self._slots(pipeline_id).epoch()
+        rel = self._fence_path(meta, pipeline_id)
+        data = self.files.read(rel)
+        if data is None:
             return 0
+        path = self.files.uri(rel)
         try:
             return int(decode_entry(path, data)["epoch"])
         except (CorruptEntry, KeyError, TypeError, ValueError) as e:
@@ -241,6 +269,11 @@ class HudiCommitter:
         empty table first.
         """
         del create
+        if not self.files.exclusive_lock:
+            cp = self.latest_checkpoint(pipeline_id) if self.hudi.exists() else None
+            self._slots(pipeline_id).fence(epoch, at_least=cp.epoch if cp is not None else 0)
+            log.info("fenced Hudi table %s for %s at epoch %d", self.hudi.base, pipeline_id, epoch)
+            return
         with self.hudi.locked() as meta:
             current = self._owner_epoch(meta, pipeline_id)
             if current > epoch:
@@ -250,11 +283,9 @@ class HudiCommitter:
                 )
             if current == epoch:
                 return
-            write_file(
+            self.files.write(
                 self._fence_path(meta, pipeline_id),
                 encode_entry({"epoch": epoch, "pipeline_id": pipeline_id, "at": time.time()}),
-                tmp_dir=self.hudi.tmp_dir(meta),
-                exclusive=False,
             )
         log.info("fenced Hudi table %s for %s at epoch %d", self.hudi.base, pipeline_id, epoch)
 
@@ -262,7 +293,7 @@ class HudiCommitter:
 
     def describe(self, descriptor: bytes) -> tuple[str, int, int]:
         d = describe(descriptor)
-        return os.path.join(self.hudi.base, d["path"]), int(d["size"]), int(d["records"])
+        return self.files.uri(d["path"]), int(d["size"]), int(d["records"])
 
     def owns(self, path: str) -> bool:
         """``path`` (a local path or ``file://`` URI) lies inside this table."""
@@ -270,13 +301,11 @@ class HudiCommitter:
         return path.removeprefix("file://").startswith(base + "/")
 
     def file_size(self, path: str) -> int | None:
-        try:
-            return os.stat(path).st_size
-        except FileNotFoundError:
-            return None
+        st = self.files.stat(self._rel(path))
+        return st.size if st is not None else None
 
     def _completed(self, ts: str) -> bool:
-        if os.path.exists(os.path.join(self.hudi.paths.meta, commit_name(ts))):
+        if self.files.stat(f"{self.hudi.paths.meta}/{commit_name(ts)}") is not None:
             return True
         trimmed = self.hudi.trimmed_through()
         return trimmed is not None and ts <= trimmed  # trimmed off the timeline, committed
@@ -293,7 +322,7 @@ class HudiCommitter:
                     self.hudi.base,
                 )
                 continue
-            if remove(path):
+            if self.files.delete(self._rel(path)):
                 deleted.append(path)
         return deleted
 
@@ -308,7 +337,7 @@ class HudiCommitter:
             m = BASE_FILE.match(name)
             assert m is not None
             if m.group("instant") == ts and (not tag or file_tag(m.group("token")) == tag):
-                out.append(os.path.join(self.hudi.base, rel_dir, name))
+                out.append(self.files.uri(f"{rel_dir}/{name}" if rel_dir else name))
         return out
 
     # -- the instant's own state -----------------------------------------------------------
@@ -325,9 +354,9 @@ class HudiCommitter:
                     # an earlier instant that staged nothing here (its batch had no rows
                     # for this table, or a crash came before the follower's release)
                     self.hudi.discard_pending(meta, ts)
-            if os.path.exists(os.path.join(meta, commit_name(instant))):
+            if self.files.stat(f"{meta}/{commit_name(instant)}") is not None:
                 raise CommitError(f"Hudi table {self.hudi.base}: instant {instant} exists")
-            if not os.path.exists(os.path.join(meta, requested_name(instant))):
+            if self.files.stat(f"{meta}/{requested_name(instant)}") is None:
                 latest = self.hudi.latest_instant_time()
                 if latest is not None and latest >= instant:
                     raise CommitError(
@@ -341,9 +370,9 @@ class HudiCommitter:
         ``.commit.requested``, then the markers (never those of a completed commit)."""
         with self.hudi.locked() as meta:
             if not self.hudi.exists():
-                for name in os.listdir(meta):  # debris of a failed first commit
+                for name in self.files.listdir(meta) or []:  # debris of a failed first commit
                     if name.startswith(f"{instant}."):
-                        remove(os.path.join(meta, name))
+                        self.files.delete(f"{meta}/{name}")
                 return
             if self._completed(instant):
                 log.warning("instant %s is a completed commit: not aborted", instant)
@@ -385,21 +414,24 @@ class HudiCommitter:
             exists = self.hudi.exists()
             if exists:
                 self.hudi.check()
-                done = self._find_batch(cp.pipeline_id, cp.incarnation, cp.batch_id, cp.batch_end)
-                if done is not None:
-                    log.info("%s is already Hudi commit %s: not committed again", what, done)
-                    return
+            # first: a superseded writer stops even when a newer one committed its batch
+            # for it (recovery recommits a paused writer's instant)
             owner = self._owner_epoch(meta, cp.pipeline_id)
             if owner > cp.epoch:
                 raise FencedError(
                     f"Hudi table {self.hudi.base}: pipeline {cp.pipeline_id!r} is owned by "
                     f"writer epoch {owner}; this writer holds epoch {cp.epoch} and must stop"
                 )
+            if exists:
+                done = self._find_batch(cp.pipeline_id, cp.incarnation, cp.batch_id, cp.batch_end)
+                if done is not None:
+                    log.info("%s is already Hudi commit %s: not committed again", what, done)
+                    return
             ts = instants.pop() if instants else self._mint()
             if cp.instant is None:
                 cp = dataclasses.replace(cp, instant=ts)
             for d in descs:
-                path = os.path.join(self.hudi.base, d["path"])
+                path = self.files.uri(d["path"])
                 size = self.file_size(path)
                 if size != int(d["size"]):
                     raise CommitError(
@@ -413,7 +445,12 @@ class HudiCommitter:
             extra = cp.to_summary()
             extra.update(carry_forward(self._summaries() if exists else (), cp.pipeline_id))
             metadata = commit_metadata_json(descs, self.spec.avro_schema, extra)
-            if exists:
+            if not self.files.exclusive_lock:
+                # the slot is the commit point (fence check included); .commit follows
+                self._slots(cp.pipeline_id).commit(cp.epoch, ts, metadata, at_least=owner)
+                if exists:
+                    self._maybe_trim(meta)
+            elif exists:
                 self.hudi.complete(meta, ts, metadata)
                 self._maybe_trim(meta)
             else:

@@ -21,6 +21,19 @@ def hudi_locations(cfg: PipelineConfig) -> tuple[str, str]:
     return hudi.base_path, dead
 
 
+def hudi_reader(cfg: PipelineConfig, location: str) -> tuple[str, dict[str, str]] | None:
+    """``(base URI, hudi-rs storage options)`` of the Hudi table at ``location`` (a base
+    path of ``cfg``); None while the table does not exist."""
+    from pipeline.formats.hudi.layout import TablePaths
+    from pipeline.formats.hudi.storage import S3Files, open_location, reader_options
+
+    props = cfg.sink.hudi.properties if cfg.sink.hudi is not None else {}
+    files = open_location(location, props)
+    if not TablePaths(files).exists():
+        return None
+    return files.base, reader_options(files.settings if isinstance(files, S3Files) else None)
+
+
 class HudiFormat:
     name = "hudi"
 

@@ -21,15 +21,12 @@ coordinator mints again).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 
 from pipeline.commit.instant import Requested, next_instant_time
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
-from pipeline.formats.hudi.layout import TablePaths, remove, requested_name
+from pipeline.formats.hudi.layout import TablePaths, requested_name
 from pipeline.formats.hudi.table import HudiTable
-from pipeline.storage.atomic import write_file
-from pipeline.storage.local import LocalJournalStore
 
 __all__ = ["HudiInstantTimeline", "HudiJournalStore"]
 
@@ -45,33 +42,30 @@ class HudiJournalStore:
         return TablePaths.own(meta, "journal", self.pipeline_id)
 
     def _path(self, meta: str, name: str) -> str:
-        return os.path.join(self._root(meta), *name.split("/"))
+        return f"{self._root(meta)}/{name.strip('/')}"
 
     def create(self, name: str, data: bytes) -> None:
         with self.table.locked() as meta:
-            LocalJournalStore(self._root(meta)).create(name, data)
+            if not self.table.files.create(self._path(meta, name), data):
+                raise AlreadyExists(f"journal entry {name} already exists")
 
     def read(self, name: str) -> bytes | None:
         for meta in self._metas():
-            try:
-                with open(self._path(meta, name), "rb") as f:
-                    return f.read()
-            except FileNotFoundError:
-                continue
+            data = self.table.files.read(self._path(meta, name))
+            if data is not None:
+                return data
         return None
 
     def list(self, prefix: str) -> list[str]:
         for meta in self._metas():
-            try:
-                names = os.listdir(self._path(meta, prefix))
-            except FileNotFoundError:
-                continue
-            return sorted(f"{prefix}/{n}" for n in names if not n.startswith("."))
+            names = self.table.files.listdir(self._path(meta, prefix))
+            if names is not None:
+                return sorted(f"{prefix}/{n}" for n in names if not n.startswith("."))
         return []
 
     def delete(self, name: str) -> None:
         with self.table.locked() as meta:
-            remove(self._path(meta, name))
+            self.table.files.delete(self._path(meta, name))
 
     def _metas(self) -> Iterator[str]:
         """The current meta directory; again only if it changed (creation rename) while
@@ -87,8 +81,7 @@ class HudiJournalStore:
             yield meta
 
     def has_entries(self, meta: str) -> bool:
-        root = self._root(meta)
-        return any(files for _, _, files in os.walk(root))
+        return next(self.table.files.files_under(self._root(meta)), None) is not None
 
 
 class HudiInstantTimeline(InstantTimeline):
@@ -119,6 +112,4 @@ class HudiInstantTimeline(InstantTimeline):
             super().request(requested)
             for table, meta in zip(self.tables, metas, strict=True):
                 if table.exists():
-                    write_file(
-                        os.path.join(meta, requested_name(ts)), b"", tmp_dir=table.tmp_dir(meta)
-                    )
+                    table.files.create(f"{meta}/{requested_name(ts)}", b"")

@@ -1,5 +1,5 @@
-"""Files of a Hudi table on a local (POSIX) filesystem: names, properties, atomic writes,
-and the table lock.
+"""Files of a Hudi table: names, properties, the meta directory and the table lock
+(the operations on them: :mod:`pipeline.formats.hudi.storage`).
 
 Layout of a table at ``<base>``::
 
@@ -53,6 +53,7 @@ from pipeline.errors import CommitError
 
 if TYPE_CHECKING:
     from pipeline.formats.hudi.schema import HudiTableSpec
+    from pipeline.formats.hudi.storage import TableFiles
 
 log = logging.getLogger(__name__)
 
@@ -167,31 +168,26 @@ def partition_metadata(instant: str, depth: int) -> bytes:
     )
 
 
-# -- files (atomic writes: pipeline.storage.atomic) -----------------------------------------
-
-
-def remove(path: str) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False
-
-
 # -- the table's meta directory and lock ----------------------------------------------------
 
 
 class TablePaths:
-    """Where a table's files are (``base`` is an absolute local path)."""
+    """Where a table's files are: its :class:`~pipeline.formats.hudi.storage.TableFiles`
+    and the meta directory (relative) its lock, fences and journal live in."""
 
-    def __init__(self, base: str) -> None:
-        self.base = base.rstrip("/") or "/"
-        self.meta = os.path.join(self.base, META_DIR)
-        self.staging = os.path.join(self.base, STAGING_DIR)
+    def __init__(self, files: TableFiles) -> None:
+        self.files = files
+        self.base = files.base
+        self.meta = META_DIR
+        # object stores have no rename: the table appears when hoodie.properties does
+        self.staging = STAGING_DIR if files.exclusive_lock else META_DIR
 
     def exists(self) -> bool:
-        """The table exists once ``.hoodie`` does (it only ever appears complete)."""
-        return os.path.isdir(self.meta)
+        """The table exists once ``.hoodie`` does (it only ever appears complete); on an
+        object store once ``.hoodie/hoodie.properties`` does (written last)."""
+        if self.files.exclusive_lock:
+            return os.path.isdir(self.files.uri(self.meta))
+        return self.files.stat(f"{self.meta}/{PROPERTIES}") is not None
 
     def current_meta(self) -> str:
         """``.hoodie`` when the table exists, else the staging directory."""
@@ -199,7 +195,7 @@ class TablePaths:
 
     @staticmethod
     def own(meta: str, *parts: str) -> str:
-        return os.path.join(meta, OWN_DIR, *parts)
+        return "/".join((meta, OWN_DIR, *parts))
 
 
 def _staging_is_trivial(staging: str) -> bool:
@@ -211,8 +207,10 @@ def _staging_is_trivial(staging: str) -> bool:
 
 
 class TableLock:
-    """The table's exclusive lock: re-entrant within a thread, exclusive across threads
-    and processes. ``hold()`` yields the validated meta directory."""
+    """The table's exclusive lock: re-entrant within a thread, exclusive across threads,
+    and across processes where the files are local (``flock``; on an object store the
+    commit slots order fences and commits instead). ``hold()`` yields the validated meta
+    directory (relative to the base)."""
 
     _registry: dict[str, TableLock] = {}
     _registry_lock = threading.Lock()
@@ -227,7 +225,8 @@ class TableLock:
     @classmethod
     def of(cls, paths: TablePaths) -> TableLock:
         """The one lock object of this process for the table at ``paths.base``."""
-        key = os.path.realpath(paths.base)
+        base = paths.base
+        key = os.path.realpath(base) if paths.files.exclusive_lock else base
         with cls._registry_lock:
             lock = cls._registry.get(key)
             if lock is None:
@@ -242,7 +241,10 @@ class TableLock:
             )
         try:
             if self._depth == 0:
-                self._fd, self.meta = self._acquire(timeout_s)
+                if self.paths.files.exclusive_lock:
+                    self._fd, self.meta = self._acquire(timeout_s)
+                else:
+                    self.meta = self.paths.meta
             self._depth += 1
             try:
                 yield self.meta
@@ -261,9 +263,10 @@ class TableLock:
 
     def _acquire(self, timeout_s: float) -> tuple[int, str]:
         deadline = time.monotonic() + timeout_s
+        files = self.paths.files
         while True:
             meta = self.paths.current_meta()
-            own = TablePaths.own(meta)
+            own = files.uri(TablePaths.own(meta))
             path = os.path.join(own, "lock")
             try:
                 os.makedirs(own, exist_ok=True)
@@ -302,6 +305,6 @@ class TableLock:
             delay = min(delay * 2, 0.1)
 
     def _drop_stale_staging(self) -> None:
-        staging = self.paths.staging
+        staging = self.paths.files.uri(self.paths.staging)
         if os.path.isdir(staging) and _staging_is_trivial(staging):
             shutil.rmtree(staging, ignore_errors=True)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from pipeline.errors import ConfigError
 from pipeline.formats.columns import Column, ColumnType, Decimal, ListOf, Primitive, StructOf
+from pipeline.storage.s3_settings import S3Settings
 
 __all__ = [
     "DEFAULT_PARTITION",
@@ -217,13 +218,14 @@ class HudiTableSpec:
     Small and picklable: it travels to the workers inside the write context.
     """
 
-    base_path: str  # absolute local path
+    base_path: str  # absolute local path, or s3://bucket/key
     database: str
     name: str
     arrow_schema: pa.Schema  # data columns as written (no meta columns)
     avro_schema: str  # JSON, no meta fields
     record_key_fields: tuple[str, ...]
     partition_fields: tuple[str, ...]
+    s3: S3Settings | None = None  # how to reach an s3:// base (None: local, or AWS defaults)
 
     @classmethod
     def build(
@@ -234,6 +236,7 @@ class HudiTableSpec:
         columns: Sequence[Column],
         record_key_fields: Sequence[str] = (),
         partition_fields: Sequence[str] = (),
+        s3: S3Settings | None = None,
     ) -> HudiTableSpec:
         """Validate the key/partition fields against ``columns`` (ConfigError naming the
         field) and derive the Arrow and Avro schemas."""
@@ -273,6 +276,7 @@ class HudiTableSpec:
             avro_schema=json.dumps(avro, separators=(",", ":")),
             record_key_fields=keys,
             partition_fields=parts,
+            s3=s3,
         )
 
     @property

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import os
-import shutil
+import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -48,14 +48,13 @@ from pipeline.formats.hudi.layout import (
     inflight_name,
     parse_properties,
     partition_metadata,
-    remove,
     requested_name,
     table_properties,
 )
 from pipeline.formats.hudi.schema import HudiTableSpec
+from pipeline.formats.hudi.storage import TableFiles, table_files
 from pipeline.formats.hudi.timeline import HudiInstant, _Timeline
 from pipeline.formats.hudi.writer import HudiWriteContext
-from pipeline.storage.atomic import fsync_dir, write_file
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,8 @@ class HudiTable:
 
     def __init__(self, spec: HudiTableSpec, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
         self.spec = spec
-        self.paths = TablePaths(spec.base_path)
+        self.files: TableFiles = table_files(spec.base_path, spec.s3)
+        self.paths = TablePaths(self.files)
         self.lock = TableLock.of(self.paths)
         self.lock_timeout_s = lock_timeout_s
         self._metadata: dict[str, dict[str, Any]] = {}
@@ -93,11 +93,8 @@ class HudiTable:
 
     def _timeline(self) -> _Timeline:
         """The timeline as of one listing of ``.hoodie`` now (empty: no table)."""
-        try:
-            names = os.listdir(self.paths.meta)
-        except FileNotFoundError:
-            names = []
-        self._listing.update(names)
+        names = self.files.listdir(self.paths.meta) if self.exists() else None
+        self._listing.update(names or [])
         return self._listing
 
     def instants(self) -> list[HudiInstant]:
@@ -114,16 +111,17 @@ class HudiTable:
 
     def has_markers(self, ts: str) -> bool:
         """Whether a worker staged (or began staging) a file of ``ts`` in this table."""
-        root = os.path.join(self.paths.meta, MARKERS_DIR, ts)
-        return any(files for _, _, files in os.walk(root))
+        return (
+            next(self.files.files_under(f"{self.paths.meta}/{MARKERS_DIR}/{ts}"), None) is not None
+        )
 
     def discard_pending(self, meta: str, ts: str) -> None:
         """Forget pending instant ``ts`` that staged nothing: ``.inflight``, then
         ``.commit.requested``, then its (empty) marker directory."""
         for name in (inflight_name(ts), requested_name(ts)):
-            if remove(os.path.join(meta, name)):
-                fsync_dir(meta)
-        shutil.rmtree(os.path.join(meta, MARKERS_DIR, ts), ignore_errors=True)
+            if self.files.delete(f"{meta}/{name}"):
+                self.files.sync_dir(meta)
+        self.files.remove_tree(f"{meta}/{MARKERS_DIR}/{ts}")
 
     def latest_instant_time(self) -> str | None:
         return self._timeline().latest()
@@ -133,9 +131,12 @@ class HudiTable:
         cached = self._metadata.get(ts)
         if cached is not None:
             return cached
-        path = os.path.join(self.paths.meta, commit_name(ts))
-        with open(path, "rb") as f:
-            doc = json.loads(f.read())
+        rel = f"{self.paths.meta}/{commit_name(ts)}"
+        data = self.files.read(rel)
+        if data is None:
+            raise FileNotFoundError(self.files.uri(rel))
+        path = self.files.uri(rel)
+        doc = json.loads(data)
         if not isinstance(doc, dict):
             raise CommitError(f"{path} is not a JSON object")
         if len(self._metadata) > 4 * _MAX_SCAN:
@@ -148,11 +149,8 @@ class HudiTable:
         return {str(k): str(v) for k, v in extra.items() if v is not None}
 
     def properties(self) -> dict[str, str] | None:
-        try:
-            with open(os.path.join(self.paths.meta, PROPERTIES), encoding="utf-8") as f:
-                return parse_properties(f.read())
-        except FileNotFoundError:
-            return None
+        data = self.files.read(f"{self.paths.meta}/{PROPERTIES}")
+        return None if data is None else parse_properties(data.decode("utf-8"))
 
     def check(self) -> None:
         """Refuse a table this writer must not write (CommitError / ConfigError)."""
@@ -201,95 +199,100 @@ class HudiTable:
 
     # -- writing (the caller holds the lock; ``meta`` is what it yielded) ----------------
 
-    def tmp_dir(self, meta: str) -> str:
-        return TablePaths.own(meta, "tmp")
-
     def ensure_partition_metadata(self, partition: str, ts: str) -> None:
-        directory = os.path.join(self.base, partition) if partition else self.base
-        path = os.path.join(directory, PARTITION_METADATA)
-        if not os.path.exists(path):
-            os.makedirs(directory, exist_ok=True)
-            write_file(path, partition_metadata(ts, self.spec.partition_depth), tmp_dir=directory)
+        rel = f"{partition}/{PARTITION_METADATA}" if partition else PARTITION_METADATA
+        if self.files.stat(rel) is None:
+            self.files.create(rel, partition_metadata(ts, self.spec.partition_depth))
 
     def write_pending(self, meta: str, ts: str) -> None:
         """``T.commit.requested`` then ``T.inflight`` (each only if missing)."""
         for name, data in ((requested_name(ts), b""), (inflight_name(ts), EMPTY_COMMIT_METADATA)):
-            path = os.path.join(meta, name)
-            if not os.path.exists(path):
-                write_file(path, data, tmp_dir=self.tmp_dir(meta))
+            self.files.create(f"{meta}/{name}", data)
 
     def complete(self, meta: str, ts: str, metadata: bytes) -> None:
+        """``T.commit`` (after the pending files): the commit point. On an object store,
+        where the commit slot is the commit point, an identical existing ``T.commit`` is
+        the same commit written by another materializer."""
         self.write_pending(meta, ts)
-        if not write_file(
-            os.path.join(meta, commit_name(ts)), metadata, tmp_dir=self.tmp_dir(meta)
+        rel = f"{meta}/{commit_name(ts)}"
+        if not self.files.create(rel, metadata) and (
+            self.files.exclusive_lock or self.files.read(rel) != metadata
         ):
             raise CommitError(f"Hudi table at {self.base}: {commit_name(ts)} already exists")
-        shutil.rmtree(os.path.join(meta, MARKERS_DIR, ts), ignore_errors=True)
+        self.files.remove_tree(f"{meta}/{MARKERS_DIR}/{ts}")
 
     def create(self, staging: str, ts: str, metadata: bytes) -> None:
-        """Build ``.hoodie`` in ``staging`` with the first commit and rename it into place."""
-        for entry in os.listdir(staging):  # debris of an earlier failed creation
-            if entry == OWN_DIR:
-                continue
-            path = os.path.join(staging, entry)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-        tmp = self.tmp_dir(staging)
-        write_file(
-            os.path.join(staging, PROPERTIES),
-            format_properties(table_properties(self.spec)),
-            tmp_dir=tmp,
-        )
+        """Make the table appear with its first commit: locally ``.hoodie`` is built in
+        ``staging`` and renamed into place; on an object store the instant files are
+        written into ``.hoodie`` and ``hoodie.properties`` last."""
+        files = self.files
+        if not files.exclusive_lock:
+            self.complete(staging, ts, metadata)
+            props = format_properties(table_properties(self.spec))
+            if not files.create(f"{staging}/{PROPERTIES}", props):
+                self.check()  # another writer created it meanwhile: must be compatible
+            log.info(
+                "created Hudi table %s.%s at %s", self.spec.database, self.spec.name, self.base
+            )
+            return
+        root = files.uri(staging)
+        for entry in files.listdir(staging) or []:  # debris of an earlier failed creation
+            if entry != OWN_DIR:
+                files.remove_tree(f"{staging}/{entry}")
+                files.delete(f"{staging}/{entry}")
+        files.write(f"{staging}/{PROPERTIES}", format_properties(table_properties(self.spec)))
         for directory in ("archived", ".aux", MARKERS_DIR):
-            os.makedirs(os.path.join(staging, directory), exist_ok=True)
+            os.makedirs(posixpath.join(root, directory), exist_ok=True)
         self.write_pending(staging, ts)
-        write_file(os.path.join(staging, commit_name(ts)), metadata, tmp_dir=tmp)
-        fsync_dir(staging)
+        files.write(f"{staging}/{commit_name(ts)}", metadata)
+        files.sync_dir(staging)
         try:
-            os.rename(staging, self.paths.meta)
+            os.rename(root, files.uri(self.paths.meta))
         except OSError as e:
             raise CommitError(
                 f"cannot create Hudi table at {self.base}: {self.paths.meta} appeared "
                 f"(another writer created the table?): {e}"
             ) from e
-        fsync_dir(self.base)
+        files.sync_dir("")
         self.lock.moved(self.paths.meta)
         log.info("created Hudi table %s.%s at %s", self.spec.database, self.spec.name, self.base)
 
     def sweep_strays(self, meta: str, ts: str, tag: str, keep: set[str]) -> list[str]:
         """Delete files of instant ``ts`` (and ``tag``) not in ``keep`` (relative paths),
-        in the directories the commit touches and those its markers name."""
-        directories = {os.path.dirname(rel) for rel in keep}
-        if not self.spec.partition_fields:
-            directories.add("")
-        marker_root = os.path.join(meta, MARKERS_DIR, ts)
-        for root, _dirs, files in os.walk(marker_root):
-            if files:  # markers of <dir>/<file> live in <marker root>/<dir>/
-                rel_dir = os.path.relpath(root, marker_root)
-                directories.add("" if rel_dir == "." else rel_dir)
+        in the directories the commit touches and those its markers name.
+
+        On an object store, once the table exists, only the files the markers name: a
+        worker writes the marker before the file, so they cover every staged file, and
+        listing whole partitions (every commit's files) would cost a LIST per 1,000."""
+        marker_root = f"{meta}/{MARKERS_DIR}/{ts}"
+        # markers of <dir>/<file> live in <marker root>/<dir>/<file>.marker.CREATE
+        marked = [
+            m[len(marker_root) + 1 :].removesuffix(".marker.CREATE")
+            for m in self.files.files_under(marker_root)
+        ]
+        candidates: list[str] = []
+        if not self.files.exclusive_lock and self.exists():
+            candidates = marked
+        else:
+            directories = {posixpath.dirname(rel) for rel in [*keep, *marked]}
+            if not self.spec.partition_fields:
+                directories.add("")
+            for rel_dir in sorted(directories):
+                for name in self.files.listdir(rel_dir) or []:
+                    if ts in name:  # cheap pre-filter: partitions hold every commit's files
+                        candidates.append(f"{rel_dir}/{name}" if rel_dir else name)
         deleted = []
-        for rel_dir in sorted(directories):
-            directory = os.path.join(self.base, rel_dir) if rel_dir else self.base
-            try:
-                names = os.listdir(directory)
-            except FileNotFoundError:
+        for rel in candidates:
+            m = BASE_FILE.match(posixpath.basename(rel))
+            if (
+                m is None
+                or m.group("instant") != ts
+                or rel in keep
+                or (tag and file_tag(m.group("token")) != tag)
+            ):
                 continue
-            for name in names:
-                if ts not in name:  # cheap pre-filter: partitions hold every commit's files
-                    continue
-                m = BASE_FILE.match(name)
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if (
-                    m is None
-                    or m.group("instant") != ts
-                    or rel in keep
-                    or (tag and file_tag(m.group("token")) != tag)
-                ):
-                    continue
-                if remove(os.path.join(directory, name)):
-                    deleted.append(rel)
+            if self.files.delete(rel):
+                deleted.append(rel)
         if deleted:
             log.warning(
                 "instant %s: %d stray file(s) of failed task attempts deleted before the "
@@ -304,11 +307,8 @@ class HudiTable:
 
     def trimmed_through(self) -> str | None:
         """The newest instant time trimmed off the active timeline (None: none)."""
-        try:
-            with open(TablePaths.own(self.paths.meta, TRIMMED_RECORD), "rb") as f:
-                text = f.read().decode().strip()
-        except FileNotFoundError:
-            return None
+        data = self.files.read(TablePaths.own(self.paths.meta, TRIMMED_RECORD))
+        text = data.decode().strip() if data is not None else ""
         return text or None
 
     def trim_limit(self) -> str | None:
@@ -326,46 +326,35 @@ class HudiTable:
             return
         through = max(times)
         self._delete_debris(meta, through)
-        write_file(
-            TablePaths.own(meta, TRIMMED_RECORD),
-            through.encode(),
-            tmp_dir=self.tmp_dir(meta),
-            exclusive=False,
-        )
+        self.files.write(TablePaths.own(meta, TRIMMED_RECORD), through.encode())
         for ts in sorted(times):
             for name in (requested_name(ts), inflight_name(ts), commit_name(ts)):
-                remove(os.path.join(meta, name))
+                self.files.delete(f"{meta}/{name}")
             self._metadata.pop(ts, None)
-        fsync_dir(meta)
+        self.files.sync_dir(meta)
 
     def _delete_debris(self, meta: str, through: str) -> None:
         """Files of instants up to ``through`` that never completed, found by their
         markers; they would turn visible once the timeline starts after them."""
         completed = set(self._timeline().completed)
-        root = os.path.join(meta, MARKERS_DIR)
-        try:
-            marked = [ts for ts in os.listdir(root) if ts <= through and ts not in completed]
-        except FileNotFoundError:
-            return
-        for ts in marked:
-            marker_root = os.path.join(root, ts)
-            for dirpath, _dirs, files in os.walk(marker_root):
-                rel_dir = os.path.relpath(dirpath, marker_root)
-                for marker in files:
-                    name = marker.removesuffix(".marker.CREATE")
-                    path = os.path.join(self.base, "" if rel_dir == "." else rel_dir, name)
-                    if remove(path):
-                        log.warning("deleted %s: staged by instant %s, never committed", path, ts)
-            shutil.rmtree(marker_root, ignore_errors=True)
+        root = f"{meta}/{MARKERS_DIR}"
+        listed = self.files.listdir(root) or []
+        for ts in [ts for ts in listed if ts <= through and ts not in completed]:
+            marker_root = f"{root}/{ts}"
+            for marker in list(self.files.files_under(marker_root)):
+                rel = marker[len(marker_root) + 1 :].removesuffix(".marker.CREATE")
+                if self.files.delete(rel):
+                    log.warning(
+                        "deleted %s: staged by instant %s, never committed", self.files.uri(rel), ts
+                    )
+            self.files.remove_tree(marker_root)
 
     def data_files(self) -> Iterator[tuple[str, str]]:
         """``(relative dir, file name)`` of every base file (dot-directories skipped)."""
-        for root, dirs, files in os.walk(self.base):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            rel = os.path.relpath(root, self.base)
-            for name in files:
-                if BASE_FILE.match(name):
-                    yield ("" if rel == "." else rel), name
+        for rel in self.files.files_under(""):
+            rel_dir, name = posixpath.split(rel)
+            if BASE_FILE.match(name):
+                yield rel_dir, name
 
     def write_context(self, instant: str, tag: str, target_bytes: int) -> HudiWriteContext:
         if self.exists():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import urlparse
 
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
@@ -34,28 +33,13 @@ from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.journal import HudiInstantTimeline, HudiJournalStore
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
+from pipeline.formats.hudi.storage import is_object_store, table_base
 from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.spark.writer import TaskPlan
+from pipeline.storage.s3_settings import S3Settings
 
-__all__ = ["HudiTables", "local_base_path"]
-
-
-def local_base_path(uri: str, key: str = "sink.hudi.basePath") -> str:
-    """An absolute local path for ``uri`` (a path or ``file://``); ConfigError otherwise.
-
-    The commit lock is ``flock`` on a local (or POSIX-locking shared) filesystem; object
-    stores need a conditional-write commit this writer does not implement.
-    """
-    if "://" in uri:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
-            raise ConfigError(
-                f"{key} {uri!r}: the native Hudi writer supports local paths (or file:///) "
-                "only; its commit lock needs a POSIX filesystem"
-            )
-        uri = parsed.path
-    return os.path.abspath(os.path.expanduser(uri))
+__all__ = ["HudiTables"]
 
 
 def _split_identifier(identifier: str) -> tuple[str, str]:
@@ -93,20 +77,22 @@ class HudiTables:
         raw = cfg.decode.raw
         fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
         columns = table_columns(fields, raw=raw)
-        base = local_base_path(hudi.base_path)
+        base = table_base(hudi.base_path)
+        s3 = S3Settings.from_properties(hudi.properties) if is_object_store(base) else None
         database, name = _split_identifier(sink.table)
         main = HudiTableSpec.build(
-            base, database, name, columns, hudi.record_key_fields, hudi.partition_fields
+            base, database, name, columns, hudi.record_key_fields, hudi.partition_fields, s3
         )
-        dl_base = local_base_path(
+        dl_base = table_base(
             hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter",
             "sink.hudi.deadLetterBasePath",
         )
         if dl_base == base:
             raise ConfigError("sink.hudi.deadLetterBasePath must differ from sink.hudi.basePath")
         dl_database, dl_name = _split_identifier(sink.dead_letter_identifier)
+        dl_s3 = S3Settings.from_properties(hudi.properties) if is_object_store(dl_base) else None
         dead = HudiTableSpec.build(
-            dl_base, dl_database, dl_name, dead_letter_columns(), KAFKA_KEY_FIELDS, ()
+            dl_base, dl_database, dl_name, dead_letter_columns(), KAFKA_KEY_FIELDS, (), dl_s3
         )
         main_committer = HudiCommitter(HudiTable(main), max_commits=sink.max_snapshots)
         dead_committer = HudiCommitter(HudiTable(dead), max_commits=sink.max_snapshots)
@@ -133,10 +119,16 @@ class HudiTables:
         table = self.main.hudi
         store = HudiJournalStore(table, pipeline_id)
         paths = table.paths
-        if paths.exists() and os.path.isdir(paths.staging) and store.has_entries(paths.staging):
+        if (
+            paths.staging != paths.meta
+            and paths.exists()
+            and os.path.isdir(table.files.uri(paths.staging))
+            and store.has_entries(paths.staging)
+        ):
             raise ConfigError(
-                f"{paths.staging} holds instant-journal entries of pipeline {pipeline_id!r} "
-                f"but the table {paths.meta} was created by another writer meanwhile; "
+                f"{table.files.uri(paths.staging)} holds instant-journal entries of pipeline "
+                f"{pipeline_id!r} but the table {table.files.uri(paths.meta)} was created by "
+                "another writer meanwhile; "
                 "inspect both and remove the staging directory"
             )
         return HudiInstantTimeline(store, self.tables())

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,10 +39,12 @@ from pipeline.formats.hudi.layout import (
     MARKERS_DIR,
     META_DIR,
     PARTITION_METADATA,
+    TablePaths,
     base_file_name,
     partition_metadata,
 )
 from pipeline.formats.hudi.schema import HudiTableSpec, partition_path, record_keys
+from pipeline.formats.hudi.storage import table_files
 
 __all__ = ["BaseFileWriteError", "HudiWriteContext", "describe", "write_base_files"]
 
@@ -117,28 +118,11 @@ def _chunks(table: pa.Table, target_bytes: int) -> list[pa.Table]:
     return [table.slice(i, rows) for i in range(0, table.num_rows, rows)]
 
 
-def _create_if_absent(path: str, data: bytes) -> None:
-    """Create ``path`` complete (temp + link) unless it exists; racing creators are fine."""
-    if os.path.exists(path):
-        return
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
 class _Writer:
     def __init__(self, ctx: HudiWriteContext, seed: int) -> None:
         self.ctx = ctx
         self.spec = ctx.spec
-        self.base = ctx.spec.base_path
+        self.files = table_files(ctx.spec.base_path, ctx.spec.s3)
         part_id, stage_id = _task_ids(seed)
         self.part_id = part_id
         token = f"{part_id}-{stage_id}-{seed}"
@@ -147,7 +131,7 @@ class _Writer:
         self.seq = (seed % 1000) << 32
         self.started: list[str] = []
         self.out: list[bytes] = []
-        self.markers = ctx.markers and os.path.isdir(os.path.join(self.base, META_DIR))
+        self.markers = ctx.markers and TablePaths(self.files).exists()
 
     def write(self, rows: pa.Table) -> None:
         keys = record_keys(rows, self.spec.record_key_fields)
@@ -158,22 +142,15 @@ class _Writer:
 
     def _file(self, partition: str, rows: pa.Table) -> None:
         instant = self.ctx.instant
-        directory = os.path.join(self.base, partition) if partition else self.base
-        os.makedirs(directory, exist_ok=True)
-        _create_if_absent(
-            os.path.join(directory, PARTITION_METADATA),
-            partition_metadata(instant, self.spec.partition_depth),
-        )
+        pm = f"{partition}/{PARTITION_METADATA}" if partition else PARTITION_METADATA
+        if self.files.stat(pm) is None:  # racing creators are fine: create-if-absent
+            self.files.create(pm, partition_metadata(instant, self.spec.partition_depth))
         file_id = f"{uuid.uuid4()}-0"
         name = base_file_name(file_id, self.token, instant)
         rel = f"{partition}/{name}" if partition else name
         if self.markers:
-            marker = os.path.join(
-                self.base, META_DIR, MARKERS_DIR, instant, partition, f"{name}.marker.CREATE"
-            )
-            os.makedirs(os.path.dirname(marker), exist_ok=True)
-            with open(marker, "wb"):
-                pass
+            marker_dir = f"{META_DIR}/{MARKERS_DIR}/{instant}"
+            self.files.write(f"{marker_dir}/{rel}.marker.CREATE", b"")
         n = rows.num_rows
         keys = rows.column("__key")
         seq = pa.array(np.arange(self.seq, self.seq + n, dtype=np.int64)).cast(pa.string())
@@ -192,15 +169,11 @@ class _Writer:
             {"hoodie_min_record_key": min_key or "", "hoodie_max_record_key": max_key or ""}
         )
         table = pa.Table.from_arrays([*meta, *data], schema=schema)
-        path = os.path.join(directory, name)
-        self.started.append(path)
-        with open(path, "xb") as f:
-            writer = pq.ParquetWriter(f, schema, compression="snappy")
-            writer.write_table(table, row_group_size=_ROW_GROUP_ROWS)
-            writer.close()
-            f.flush()
-            os.fsync(f.fileno())
-        size = os.path.getsize(path)
+        self.started.append(rel)
+        with self.files.open_output(rel) as f:
+            with pq.ParquetWriter(f, schema, compression="snappy") as writer:
+                writer.write_table(table, row_group_size=_ROW_GROUP_ROWS)
+            size = int(f.tell())
         self.out.append(
             json.dumps(
                 {
@@ -220,9 +193,9 @@ class _Writer:
         )
 
     def abort(self) -> None:
-        for path in self.started:
+        for rel in self.started:
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                self.files.delete(rel)
 
 
 def write_base_files(

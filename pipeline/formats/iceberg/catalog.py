@@ -53,9 +53,23 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
             _ensure_sqlite_dir(props["uri"])
         except OSError as e:
             raise ConfigError(f"{where}: cannot create the SQLite directory: {one_line(e)}") from e
-    try:
-        return _pyiceberg_load_catalog(name, **props)
-    except (ValueError, NoSuchPropertyException, NotInstalledError, ImportError) as e:
-        raise ConfigError(f"{where}: {one_line(e)}") from e
-    except Exception as e:
-        raise CommitError(f"cannot reach {where}: {one_line(e)}") from e
+    for attempt in range(1, _INIT_ATTEMPTS + 1):
+        try:
+            return _pyiceberg_load_catalog(name, **props)
+        except (ValueError, NoSuchPropertyException, NotInstalledError, ImportError) as e:
+            raise ConfigError(f"{where}: {one_line(e)}") from e
+        except Exception as e:
+            # A SQL catalog creates its own tables on first use; a replica or reader
+            # starting at the same moment may win that race: load again, they exist now.
+            if attempt < _INIT_ATTEMPTS and _lost_init_race(e):
+                continue
+            raise CommitError(f"cannot reach {where}: {one_line(e)}") from e
+    raise AssertionError("unreachable")
+
+
+_INIT_ATTEMPTS = 3
+
+
+def _lost_init_race(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "already exists" in text or "duplicate key" in text

@@ -15,9 +15,10 @@ pyiceberg details this module relies on (pyiceberg 0.12):
   local view of the metadata whose properties say 0 (only local: the catalog applies the
   snapshot updates to its own current metadata, the property is never persisted; see
   :func:`_append_view`, which also trims the history pyiceberg would deep-copy). Our own
-  retry loop (tenacity) reloads the table, looks for the batch in the ancestry (unknown
-  outcome of an earlier attempt), re-checks the writer epoch, and only then appends
-  again. Conflicts are retried ``max_commit_attempts`` times; an unreachable catalog
+  retry loop (tenacity) reloads the table, re-checks the writer epoch (a superseded
+  writer stops even when the newer one committed its batch for it), looks for the batch
+  in the ancestry (unknown outcome of an earlier attempt), and only then appends again.
+  Conflicts are retried ``max_commit_attempts`` times; an unreachable catalog
   (connection refused or dropped, 5xx) is retried for ``catalog_retry_s`` seconds, table
   loads included, then fails with a one-line ``CatalogUnavailableError`` naming the
   catalog. A commit whose connection dropped mid-way may have landed: the next attempt
@@ -496,6 +497,10 @@ class IcebergTable:
             if table is None:
                 self._check_fence(None, checkpoint, precondition)
                 return self._create_with_first_commit(files, {**summary, **NOTHING_BEFORE})
+            latest = self._latest(table, checkpoint.pipeline_id)
+            # a superseded writer stops even when a newer one committed its batch for it
+            # (recovery recommits a paused writer's instant): it must not report success
+            self._check_fence(latest, checkpoint, None)
             done = self._find_batch(
                 table,
                 checkpoint.pipeline_id,
@@ -513,7 +518,8 @@ class IcebergTable:
                     done.snapshot_id,
                 )
                 return done.snapshot_id
-            self._check_fence(self._latest(table, checkpoint.pipeline_id), checkpoint, precondition)
+            if precondition is not None:
+                precondition(latest)
             self._check_files(table, files)
             self._snapshots_at_commit = len(table.metadata.snapshots) + 1
             carried = carried_forward(table, checkpoint.pipeline_id)

@@ -193,8 +193,8 @@ def _main_kind(cfg: Any) -> str:
 def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
     """Sizes that grow with the commit count and that each commit reads or rewrites."""
     if _main_kind(pipe.cfg) == "hudi":
-        meta = pipe.tables.main.hudi.paths.meta
-        return {"timeline_files": len(os.listdir(meta))}
+        table = pipe.tables.main.hudi
+        return {"timeline_files": len(table.files.listdir(table.paths.meta) or [])}
     table = pipe.tables.main.table()
     location = str(table.metadata_location)
     size = (

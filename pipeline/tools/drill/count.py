@@ -45,28 +45,31 @@ def _iceberg_batches(cfg: PipelineConfig, identifier: str) -> Iterator[pa.Record
             yield from table.scan(selected_fields=tuple(COORDS)).to_arrow_batch_reader()
 
 
-def _hudi_batches(base: str) -> Iterator[pa.RecordBatch]:
+def _hudi_batches(cfg: PipelineConfig, base: str) -> Iterator[pa.RecordBatch]:
     """Coordinates of the Hudi table at ``base`` (none when it does not exist yet)."""
     from pathlib import Path
 
+    from pipeline.formats.hudi.format import hudi_reader
     from pipeline.tools.demo import _committed_base_files
 
-    path = Path(base.removeprefix("file://"))
-    if not (path / ".hoodie").is_dir():
+    found = hudi_reader(cfg, base)
+    if found is None:
         return
+    uri, options = found
     try:
         import hudi as hudi_rs
 
-        batches = hudi_rs.HudiTableBuilder.from_base_uri(str(path)).build().read()
+        table = hudi_rs.HudiTableBuilder.from_base_uri(uri).with_storage_options(options)
+        batches = table.build().read()
     except ImportError:
-        batches = _committed_base_files(path)
+        batches = _committed_base_files(Path(uri))
     for batch in batches:
         yield batch.select(COORDS)
 
 
 def _batches(cfg: PipelineConfig, ref: TableRef) -> Iterator[pa.RecordBatch]:
     if ref.kind == "hudi":
-        return _hudi_batches(ref.location)
+        return _hudi_batches(cfg, ref.location)
     return _iceberg_batches(cfg, ref.location)
 
 

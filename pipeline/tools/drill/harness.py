@@ -7,6 +7,9 @@
   (partition, offset): that set is what the tables must hold exactly once.
 * ``DriverProcess`` — ``python -m pipeline run --config …`` in its own process group (so a
   SIGKILL takes the JVM too, like a lost pod); stdout/stderr go to files in the work dir.
+* ``StandaloneCluster`` (pipeline/tools/cluster.py) — with ``DrillSpec.cluster``, a Spark
+  master and two 1-core workers started per drill; drivers then run with ``spark://…``
+  (``cluster_spark``) and their executors in JVMs of their own.
 * ``Rig`` — ties them together and samples the table's committed offsets every
   ``SAMPLE_S`` seconds; the first increase after a (re)start closes that start's
   ``Recovery`` (time to recover = start → first new commit).
@@ -35,7 +38,9 @@ import yaml
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.errors import PipelineError
+from pipeline.tools.cluster import StandaloneCluster
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Recovery, Sample
+from pipeline.tools.objectstore import S3Server
 
 ROOT = Path(__file__).resolve().parents[3]
 # one line per recommit attempt, logged before its commit (pipeline/commit/recovery.py)
@@ -253,17 +258,38 @@ class DriverProcess:
         return out
 
 
+class SkipDrill(Exception):
+    """The drill cannot run here (reason in the message): reported as skipped."""
+
+
 def drill_config(
-    spec: DrillSpec, workdir: Path, bootstrap: str, topic: str, catalog: dict[str, Any] | None
+    spec: DrillSpec,
+    workdir: Path,
+    bootstrap: str,
+    topic: str,
+    catalog: dict[str, Any] | None,
+    master: str | None = None,
+    s3: S3Server | None = None,
 ) -> dict[str, Any]:
-    """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port."""
+    """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
+    ``master``: a standalone cluster's URL (else local[2,4]); ``s3``: tables in a new
+    bucket of that server."""
     from pipeline.tools.generator import event_schema_fields
 
     sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}
+    lake = f"s3://{s3.new_bucket('drill')}" if s3 is not None else str(workdir)
     if spec.table_format in ("hudi", "both"):
-        sink["hudi"] = {"basePath": str(workdir / "hudi" / "events")}
+        sink["hudi"] = {"basePath": f"{lake}/hudi/events"}
+        if s3 is not None:
+            sink["hudi"]["properties"] = s3.properties()
     if spec.table_format in ("iceberg", "both"):
-        sink["catalog"] = catalog or {"warehouse": str(workdir / "warehouse")}
+        sink["catalog"] = catalog or {"warehouse": f"{lake}/warehouse"}
+        if s3 is not None:  # the SQLite catalog file stays local, the warehouse on S3
+            sink["catalog"] = {
+                **sink["catalog"],
+                "uri": sink["catalog"].get("uri", f"sqlite:///{workdir}/catalog.db"),
+                "properties": {**sink["catalog"].get("properties", {}), **s3.properties()},
+            }
         sink["partitionBy"] = ["day(ts)"]
     return {
         "id": f"drill-{spec.scenario}",
@@ -273,8 +299,29 @@ def drill_config(
         "checkpointLocation": str(workdir / "checkpoint"),
         "trigger": {"mode": "processing-time", "interval": TRIGGER},
         # local[2,4]: task failures are retried (4 attempts), as on a cluster
-        "spark": {"master": "local[2,4]"},
+        "spark": {"master": "local[2,4]"} if master is None else cluster_spark(master, workdir),
         "metrics": {"enabled": True, "port": 0},
+    }
+
+
+def cluster_spark(master: str, workdir: Path) -> dict[str, Any]:
+    """The ``spark`` section for a drill on the standalone cluster."""
+    events = workdir / "spark-events"  # the driver's event log: task attempts lost, retried
+    events.mkdir(parents=True, exist_ok=True)
+    return {
+        "master": master,
+        "conf": {
+            "spark.driver.host": "127.0.0.1",
+            "spark.executor.memory": "512m",
+            # a batch waits (≤ 30 s) for both executors: one task on each
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            # Spark's default (INFO) executor log: "Running task …" / "Finished task …"
+            # tell the executor-loss drill which executor runs a task right now
+            "spark.executor.extraJavaOptions": "-Dingest.drill=1",
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.compress": "false",
+        },
     }
 
 
@@ -294,12 +341,48 @@ class Rig:
         workdir.mkdir(parents=True, exist_ok=True)
         self.on_status = on_status or (lambda s: None)
         self.t0 = time.monotonic()
-        self.result = DrillResult(scenario=spec.scenario, table_format=spec.table_format)
+        self.result = DrillResult(scenario=spec.label, table_format=spec.table_format)
+        self.cluster: StandaloneCluster | None = None
+        self.s3: S3Server | None = None
+        self._services = contextlib.ExitStack()  # the cluster and the S3 server
+        try:
+            if spec.cluster:
+                self.on_status("starting a standalone Spark cluster")
+                self.cluster = StandaloneCluster(workdir / "cluster", workers=2, cores=1).start()
+                self._services.callback(self.cluster.stop)
+            if spec.storage == "s3":
+                self.on_status("starting an S3 server (SeaweedFS)")
+                self.s3 = self._start_s3(workdir / "s3")
+            self._setup(spec, workdir, bootstrap, catalog)
+        except BaseException:
+            self._services.close()
+            raise
+
+    def _start_s3(self, where: Path) -> S3Server:
+        from pipeline.tools.objectstore import S3Unavailable, start_seaweedfs
+
+        server = start_seaweedfs(where)
+        try:
+            up = next(server)
+        except S3Unavailable as e:
+            raise SkipDrill(f"no S3-compatible server: {e}") from None
+        self._services.callback(server.close)
+        return up
+
+    def _setup(
+        self, spec: DrillSpec, workdir: Path, bootstrap: str | None, catalog: dict[str, Any] | None
+    ) -> None:
         self.broker = DrillBroker(bootstrap)
         self.topic = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
         self.broker.create_topic(self.topic, spec.partitions)
         self.config_dict = drill_config(
-            spec, workdir, self.broker.bootstrap_servers, self.topic, catalog
+            spec,
+            workdir,
+            self.broker.bootstrap_servers,
+            self.topic,
+            catalog,
+            self.cluster.master_url if self.cluster is not None else None,
+            self.s3,
         )
         self.config_path = workdir / "pipeline.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config_dict))
@@ -339,6 +422,7 @@ class Rig:
         self._stop.set()
         self._sampler.join(timeout=10)
         self.broker.stop()
+        self._services.close()
         self.result.duration_s = round(self.now(), 2)
         self.result.produced = self.producer.produced
 
@@ -352,15 +436,18 @@ class Rig:
             self.result.faults += 1
         self.on_status(f"{kind} {detail}".strip())
 
-    def recovery_from_now(self) -> None:
-        """Time to recover is measured from now to the next new commit. A start that saw
-        no commit before this one (killed first) is abandoned, not counted twice."""
+    def recovery_from_now(self, since: float | None = None) -> Recovery:
+        """Time to recover is measured from now (or ``since``, e.g. the moment of a kill
+        already done) to the next new commit. A start that saw no commit before this one
+        (killed first) is abandoned, not counted twice."""
         self.recoveries = [r for r in self.recoveries if r.first_commit is not None]
         # A sample through fresh handles first: a commit the old driver made on its way
         # out, not yet sampled, is the old driver's, not the new one's first commit.
         with self._sample_lock:
             self._sample(fresh=True)
-        self.recoveries.append(Recovery(started=self.now()))
+        recovery = Recovery(started=self.now() if since is None else since)
+        self.recoveries.append(recovery)
+        return recovery
 
     # -- the driver -------------------------------------------------------------------------
     @property

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 TableFormat = Literal["iceberg", "hudi", "both"]  # both: the both table format (dual tables)
+Storage = Literal["local", "s3"]
 
 
 @dataclass(frozen=True)
@@ -21,12 +22,30 @@ class DrillSpec:
 
     scenario: str
     table_format: TableFormat = "iceberg"
-    kills: int = 20  # SIGKILL restarts (kill scenario only)
+    kills: int = 20  # SIGKILLs of the driver (kill), active (standby), a worker (executor-loss)
     # records/second. The embedded broker keeps ~15k records per partition (5 MB): at
     # 100/s over 8 partitions the pipeline may lag ~20 minutes before retention bites
     # (the SIGKILL chain commits nothing for several restarts in a row).
     rate: float = 100.0
     partitions: int = 8
+    # the pipeline's Spark on a standalone cluster (pipeline/tools/cluster.py: a master and
+    # two 1-core workers, executors in their own JVMs) instead of local[2,4]
+    cluster: bool = False
+    # where the tables (and the journal) live: local files, or a SeaweedFS S3 server
+    # started for the drill (pipeline/tools/objectstore.py); the checkpoint stays local
+    storage: Storage = "local"
+
+    @property
+    def label(self) -> str:
+        """The scenario's name in reports (``kill@cluster``: the kill drill on a cluster;
+        ``zombie@s3``: with the tables on S3)."""
+        name = self.scenario
+        if self.cluster and self.scenario not in CLUSTER_ONLY:
+            name += "@cluster"
+        return name + "@s3" if self.storage == "s3" else name
+
+
+CLUSTER_ONLY = frozenset({"executor-loss"})  # scenarios that need the standalone cluster
 
 
 @dataclass(frozen=True)

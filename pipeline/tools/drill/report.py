@@ -94,9 +94,16 @@ def _cell(r: DrillResult) -> tuple[tuple[str, bool], int]:
     return (r.scenario, both), 1 if r.table_format == "hudi" else 0
 
 
-def write_timeline(results: Sequence[DrillResult], path: Path) -> Path | None:
+def write_timeline(
+    results: Sequence[DrillResult],
+    path: Path,
+    max_labels: int | None = None,
+    compact: bool = False,
+) -> Path | None:
     """One panel per drill (skipped ones left out), laid out by :func:`_cell` so the same
-    fault on both formats sits side by side. None when nothing ran."""
+    fault on both formats sits side by side. None when nothing ran. A panel with more than
+    ``max_labels`` faults (a long soak) draws their lines without labels; ``compact``: no
+    empty column (a Hudi drill alone on the left)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,31 +114,35 @@ def write_timeline(results: Sequence[DrillResult], path: Path) -> Path | None:
         return None
     rows = list(dict.fromkeys(_cell(r)[0] for r in ran))
     cols = 1 + max(_cell(r)[1] for r in ran)
+    shift = min(_cell(r)[1] for r in ran) if compact else 0
+    cols -= shift
     fig, axes = plt.subplots(
         len(rows), cols, figsize=(10 * cols + 2, 3.2 * len(rows)), squeeze=False
     )
-    used = {(rows.index(_cell(r)[0]), _cell(r)[1]) for r in ran}
+    used = {(rows.index(_cell(r)[0]), _cell(r)[1] - shift) for r in ran}
     for i in range(len(rows)):
         for j in range(cols):
             if (i, j) not in used:
                 axes[i, j].axis("off")
-    panels = [(axes[rows.index(_cell(r)[0]), _cell(r)[1]], r) for r in ran]
+    panels = [(axes[rows.index(_cell(r)[0]), _cell(r)[1] - shift], r) for r in ran]
     for ax, r in panels:
         t = [s.t for s in r.samples]
         ax.plot(t, [s.produced for s in r.samples], label="produced (acked)", color="tab:blue")
         ax.plot(t, [s.committed for s in r.samples], label="committed (table)", color="tab:orange")
         top = max([s.produced for s in r.samples] + [1])
         faults = [e for e in r.events if e.kind not in ("recovered", "start", "stop", "drain")]
+        labelled = max_labels is None or len(faults) <= max_labels
         for i, e in enumerate(faults):
             ax.axvline(e.t, color="tab:red", linestyle="--", linewidth=0.9, alpha=0.8)
-            ax.text(
-                e.t,
-                top * (0.95 - 0.12 * (i % 4)),
-                f" {e.kind}\n {e.detail[:28]}",
-                fontsize=6,
-                color="tab:red",
-                va="top",
-            )
+            if labelled:
+                ax.text(
+                    e.t,
+                    top * (0.95 - 0.12 * (i % 4)),
+                    f" {e.kind}\n {e.detail[:28]}",
+                    fontsize=6,
+                    color="tab:red",
+                    va="top",
+                )
         for e in r.events:
             if e.kind == "recovered":
                 ax.axvline(e.t, color="tab:green", linestyle=":", linewidth=1.0)

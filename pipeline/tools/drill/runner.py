@@ -3,19 +3,24 @@
 ``fast`` matrix: one SIGKILL drill (2 kills) and the checkpoint-deleted drill (Iceberg
 unless ``--format`` says otherwise).
 ``full`` matrix: every scenario on Iceberg and on Hudi (the SIGKILL drill with ``kills``
-kills each, ≥ 20 for acceptance), except the catalog outage, which needs a catalog
-(Iceberg only); then the SIGKILL drill on the ``both`` format (one instant, two tables,
-one more fault point between their commits). A drill that cannot run here is reported as skipped
-with its reason; a drill that throws is reported FAILED with the error.
+kills each, ≥ 20 for acceptance; the warm-standby drill with ``standby_kills``, ending
+with a paused active; ``standby-pause`` alone is not in it; the executor-loss drill, on
+a standalone cluster started for it, with ``executor_kills``), except the catalog outage,
+which needs a catalog (Iceberg only); then the SIGKILL drill on the ``both`` format (one
+instant, two tables, one more fault point between their commits). ``cluster``: every
+drill's pipeline on its own standalone cluster (reported as ``<scenario>@cluster``). A
+drill that cannot run here is reported as skipped with its reason; a drill that throws is
+reported FAILED with the error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,20 +30,26 @@ from rich.text import Text
 
 from pipeline.errors import ConfigError
 from pipeline.tools.drill.harness import Rig
-from pipeline.tools.drill.model import DrillResult, DrillSpec, TableFormat
+from pipeline.tools.drill.model import CLUSTER_ONLY, DrillResult, DrillSpec, Storage, TableFormat
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
 from pipeline.tools.drill.scenarios import SCENARIOS, SkipDrill, private_pg_cluster
 
 ORDER = (
     "kill",
     "task-failure",
+    "executor-loss",
     "broker-outage",
     "zombie",
+    "standby",
     "checkpoint-deleted",
     "retention",
     "catalog-outage",
 )
 CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
+# The full matrix runs these on S3 (SeaweedFS): Hudi's commit slots take the place of its
+# flock there, so the SIGKILL chain and the zombie prove them; local Hudi commits keep
+# their kill-at-every-fault-point test (tests/test_hudi_pipeline.py, slow).
+FULL_ON_S3 = frozenset({("kill", "hudi"), ("zombie", "hudi")})
 FORMATS: tuple[TableFormat, ...] = ("iceberg", "hudi", "both")
 
 
@@ -53,8 +64,20 @@ class DrillOptions:
 
 
 def select(
-    matrix: str, scenarios: Sequence[str], formats: Sequence[str], kills: int, rate: float
+    matrix: str,
+    scenarios: Sequence[str],
+    formats: Sequence[str],
+    kills: int,
+    rate: float,
+    standby_kills: int | None = None,
+    executor_kills: int | None = None,
+    cluster: bool = False,
+    storage: Storage = "local",
 ) -> list[DrillSpec]:
+    """The drills to run; ``standby_kills`` / ``executor_kills`` (default ``kills``): kills
+    of the standby / executor-loss drill; ``cluster``: every drill's pipeline on a
+    standalone cluster (executor-loss always is); ``storage``: where every drill's tables
+    live (the full matrix puts :data:`FULL_ON_S3` on S3 anyway)."""
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise ConfigError(f"unknown drill scenario(s) {unknown}; allowed: {', '.join(ORDER)}")
@@ -73,18 +96,35 @@ def select(
             raise ConfigError(f"--format {f!r}: allowed: {', '.join(FORMATS)}")
         chosen.append(fmt)
     specs = []
+    matrix_on_s3 = matrix == "full" and not scenarios and not formats
     for name in names:
         fmts = [f for f in chosen if f != "hudi"] if name in CATALOG_ONLY else chosen
         if not fmts and scenarios:
             raise ConfigError(f"drill {name!r} needs an Iceberg catalog: use --format iceberg")
-        specs += [DrillSpec(name, fmt, kills=kills, rate=rate) for fmt in fmts]
-    if matrix == "full" and not scenarios and not formats:
-        specs.append(DrillSpec("kill", "both", kills=kills, rate=rate))
+        n = {"standby": standby_kills, "executor-loss": executor_kills}.get(name)
+        n = kills if n is None else n
+        on_cluster = cluster or name in CLUSTER_ONLY
+        for fmt in fmts:
+            where: Storage = "s3" if matrix_on_s3 and (name, fmt) in FULL_ON_S3 else storage
+            specs.append(
+                DrillSpec(name, fmt, kills=n, rate=rate, cluster=on_cluster, storage=where)
+            )
+    if matrix_on_s3:
+        specs.append(
+            DrillSpec("kill", "both", kills=kills, rate=rate, cluster=cluster, storage=storage)
+        )
     return specs
 
 
-def run_one(spec: DrillSpec, opts: DrillOptions, status: list[str]) -> DrillResult:
-    work = (opts.work or opts.out / "work") / f"{spec.scenario}-{spec.table_format}"
+def run_one(
+    spec: DrillSpec,
+    opts: DrillOptions,
+    status: list[str],
+    body: Callable[[Rig], None] | None = None,
+) -> DrillResult:
+    """One drill on its own rig; ``body`` replaces the registered scenario function (the
+    soak drill, pipeline/tools/drill/soak.py, brings its own)."""
+    work = (opts.work or opts.out / "work") / f"{spec.label}-{spec.table_format}"
     shutil.rmtree(work, ignore_errors=True)
     pg = None
     catalog = None
@@ -99,7 +139,7 @@ def run_one(spec: DrillSpec, opts: DrillOptions, status: list[str]) -> DrillResu
             }
 
     def say(msg: str) -> None:
-        status[0] = f"{spec.scenario}/{spec.table_format}: {msg}"
+        status[0] = f"{spec.label}/{spec.table_format}: {msg}"
 
     rig: Rig | None = None
     try:
@@ -119,15 +159,15 @@ def run_one(spec: DrillSpec, opts: DrillOptions, status: list[str]) -> DrillResu
 
             threading.Thread(target=ticker, daemon=True).start()
             try:
-                SCENARIOS[spec.scenario](rig)
+                (body or SCENARIOS[spec.scenario])(rig)
             finally:
                 stop.set()
         result = rig.result
     except SkipDrill as e:
-        result = rig.result if rig is not None else DrillResult(spec.scenario, spec.table_format)
+        result = rig.result if rig is not None else DrillResult(spec.label, spec.table_format)
         result.skipped = str(e)
     except Exception as e:  # a drill that breaks is a failed drill, reported, not a crash
-        result = rig.result if rig is not None else DrillResult(spec.scenario, spec.table_format)
+        result = rig.result if rig is not None else DrillResult(spec.label, spec.table_format)
         result.problems.append(f"{type(e).__name__}: {e}")
         if rig is not None:
             for d in rig.drivers[-2:]:
@@ -138,6 +178,23 @@ def run_one(spec: DrillSpec, opts: DrillOptions, status: list[str]) -> DrillResu
     if not opts.keep_work and result.ok:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+@contextlib.contextmanager
+def live_display(console: Console, render: Callable[[], Group]) -> Iterator[None]:
+    """A transient live display refreshed twice a second from ``render`` while inside."""
+    with Live(render(), console=console, refresh_per_second=2, transient=True) as live:
+        stop = threading.Event()
+
+        def refresh() -> None:
+            while not stop.wait(0.5):
+                live.update(render())
+
+        threading.Thread(target=refresh, daemon=True).start()
+        try:
+            yield
+        finally:
+            stop.set()
 
 
 def run_drills(
@@ -161,27 +218,17 @@ def run_drills(
             Text(f"done: {done}", style="dim"),
         )
 
-    with Live(render(), console=console, refresh_per_second=2, transient=True) as live:
-        stop = threading.Event()
-
-        def refresh() -> None:
-            while not stop.wait(0.5):
-                live.update(render())
-
-        threading.Thread(target=refresh, daemon=True).start()
-        try:
-            for spec in specs:
-                status[0], status[1] = f"{spec.scenario}/{spec.table_format}: starting", ""
-                r = run_one(spec, opts, status)
-                results.append(r)
-                console.print(
-                    f"{r.scenario}/{r.table_format}: {r.verdict} ({r.duration_s:.0f}s, "
-                    f"{r.restarts} restarts, {r.missing} missing, {r.duplicated} duplicated)"
-                    + (f" — {r.skipped}" if r.skipped else "")
-                    + (f" — {'; '.join(r.problems)[:300]}" if r.problems else "")
-                )
-        finally:
-            stop.set()
+    with live_display(console, render):
+        for spec in specs:
+            status[0], status[1] = f"{spec.label}/{spec.table_format}: starting", ""
+            r = run_one(spec, opts, status)
+            results.append(r)
+            console.print(
+                f"{r.scenario}/{r.table_format}: {r.verdict} ({r.duration_s:.0f}s, "
+                f"{r.restarts} restarts, {r.missing} missing, {r.duplicated} duplicated)"
+                + (f" — {r.skipped}" if r.skipped else "")
+                + (f" — {'; '.join(r.problems)[:300]}" if r.problems else "")
+            )
     meta = {
         "kills": opts.kills,
         "rate": opts.rate,

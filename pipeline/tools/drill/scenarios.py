@@ -7,18 +7,23 @@ scenario proves is in docs/drills.md.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pipeline.commit.offsets import TopicPartition
-from pipeline.tools.drill.harness import DrillTimeout, DriverProcess, Rig
+from pipeline.tools.cluster import StandaloneCluster, Worker
+from pipeline.tools.drill.harness import DrillTimeout, DriverProcess, Rig, SkipDrill
 
 # Driver fault points in the order that exercises every recovery path: the run after
 # after-requested/after-write rolls back, during-rollback dies inside that rollback,
@@ -39,11 +44,8 @@ DUAL_KILL_POINTS = (*KILL_POINTS[:-2], "between-table-commits", *KILL_POINTS[-2:
 # jobs share it: generous limits, so a slow machine is not reported as a broken pipeline.
 POINT_TIMEOUT_S = 360.0  # start-up + a few batches; a point not reached by then is noted
 COMMIT_TIMEOUT_S = 480.0  # a (re)started driver's first commit
+HA = ("ha.mode=auto",)  # the standby drills' replicas: active when free, else warm standby
 SCENARIOS: dict[str, Callable[[Rig], None]] = {}
-
-
-class SkipDrill(Exception):
-    """The scenario cannot run here (reason in the message)."""
 
 
 def scenario(name: str) -> Callable[[Callable[[Rig], None]], Callable[[Rig], None]]:
@@ -117,6 +119,119 @@ def kill(rig: Rig) -> None:
     rig.start_driver()
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
     _finish(rig)
+
+
+# executor-loss: write tasks pause after staging their files (first attempt) and the driver
+# after its precommit, so the kills land inside those phases on a loaded host too
+EXECUTOR_LOSS_FAULTS = "mid-write:sleep=1.5,after-precommit:sleep=1.5"
+PHASE_TIMEOUT_S = 120.0
+# executor log lines (Spark's default INFO log, see harness.cluster_spark) of a task's
+# start and end
+_TASK_LINE = re.compile(
+    r"(Running|Finished|Exception in|killed) task \S+ in stage \S+ \(TID (\d+)\)"
+)
+
+
+@scenario("executor-loss")
+def executor_loss(rig: Rig) -> None:
+    """On the standalone cluster: SIGKILL a worker JVM together with its executor JVM (and
+    its Python workers) ``kills`` times — while that executor runs a task of a batch's
+    write stage; the 2nd, 5th, 8th … kill while the driver commits — then restart it.
+    Spark reruns the lost tasks on the other executor; the driver is never restarted and
+    must keep committing."""
+    cluster = rig.cluster
+    if cluster is None:
+        raise SkipDrill("executor-loss runs on the standalone cluster (DrillSpec.cluster)")
+    rng = random.Random(rig.spec.kills)
+    rig.start_driver(fault=EXECUTOR_LOSS_FAULTS, restart=False)
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    write_kills = 0
+    for i in range(rig.spec.kills):
+        rig.wait_until(
+            lambda: all(w.executor_pids() for w in cluster.workers),
+            PHASE_TIMEOUT_S,
+            "for an executor on every worker",
+        )
+        phase = "commit" if i % 3 == 1 else "write"
+        n, t_kill, what = _kill_in_phase(rig, cluster, phase, rng)
+        write_kills += phase == "write"
+        rig.event("executor-kill", what)
+        rig.recovery_from_now(since=t_kill)
+        cluster.restart_worker(n)
+        rig.result.restarts += 1  # the worker, not the driver
+        rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)  # the driver lives on and commits
+    _finish(rig)
+    lost = _lost_task_attempts(rig.workdir / "spark-events")
+    rig.result.notes.append(
+        f"{lost} task attempt(s) lost with their executor and rerun (driver's event log)"
+    )
+    if write_kills and lost == 0:
+        rig.result.problems.append(f"{write_kills} mid-write kill(s) but no task attempt lost")
+
+
+def _kill_in_phase(
+    rig: Rig, cluster: StandaloneCluster, phase: str, rng: random.Random
+) -> tuple[int, float, str]:
+    """Wait for ``phase`` of a batch — write: the newest instant REQUESTED and a task running
+    on an executor (then 0-0.8 s more, if it still runs); commit: the newest instant
+    INFLIGHT — and SIGKILL that (write) or a random (commit) worker with its descendants.
+    Returns (worker slot, time of the kill, what was killed)."""
+    from pipeline.commit.instant import InstantState
+
+    want = InstantState.REQUESTED if phase == "write" else InstantState.INFLIGHT
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        pending = rig.tables().timeline(rig.cfg.id).pending()
+        newest = pending[-1] if pending else None
+        if newest is not None and newest.state is want:
+            if phase == "commit":
+                n = rng.randrange(len(cluster.workers))
+                t, pids = rig.now(), cluster.kill_worker(n)
+                return n, t, f"worker {n} mid-commit of {newest.time} ({len(pids)} processes)"
+            busy = {w.n: tids for w in cluster.workers if (tids := _running_tasks(w))}
+            if busy:
+                n = rng.choice(sorted(busy))
+                time.sleep(rng.uniform(0.0, 0.8))
+                if _running_tasks(cluster.workers[n]) & busy[n]:
+                    t, pids = rig.now(), cluster.kill_worker(n)
+                    what = f"worker {n} mid-write, TID {sorted(busy[n])}"
+                    return n, t, f"{what}, instant {newest.time} ({len(pids)} processes)"
+        time.sleep(0.05)
+    raise DrillTimeout(f"executor-loss: no {phase} phase seen within {PHASE_TIMEOUT_S:.0f}s")
+
+
+def _running_tasks(worker: Worker) -> set[int]:
+    """Task ids the worker's executor runs now, from its log (``stderr`` in its working
+    directory, ``<work dir>/<app id>/<executor id>``)."""
+    running: set[int] = set()
+    for pid in worker.executor_pids():
+        try:
+            text = (Path(os.readlink(f"/proc/{pid}/cwd")) / "stderr").read_text(errors="replace")
+        except OSError:
+            continue
+        for m in _TASK_LINE.finditer(text):
+            if m[1] == "Running":
+                running.add(int(m[2]))
+            else:
+                running.discard(int(m[2]))
+    return running
+
+
+def _lost_task_attempts(events: Path) -> int:
+    """Task attempts that ended with ``ExecutorLostFailure`` in Spark event logs under
+    ``events`` (a killed driver's log may end in a partial line)."""
+    lost = 0
+    for log in events.rglob("*"):
+        if not log.is_file() or log.name.startswith((".", "appstatus")):
+            continue
+        for line in log.read_text(errors="replace").splitlines():
+            if '"ExecutorLostFailure"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                if ev.get("Event") == "SparkListenerTaskEnd":
+                    lost += ev.get("Task End Reason", {}).get("Reason") == "ExecutorLostFailure"
+    return lost
 
 
 @scenario("task-failure")
@@ -225,8 +340,53 @@ def zombie(rig: Rig) -> None:
     _finish(rig)
 
 
-def _standing_by(d: DriverProcess) -> Callable[[], bool]:
-    return lambda: "standing by, warm" in d.log()
+@scenario("standby")
+def standby(rig: Rig) -> None:
+    """Two replicas with ``ha.mode: auto``; SIGKILL the active ``kills`` times. The warm
+    standby takes over each time (recovery: the kill to its first commit), then a new
+    standby is started beside it. Last, the active is paused past its lease and resumed
+    (``standby-pause``), so one drill shows both ways of taking over."""
+    rng = random.Random(rig.spec.kills)
+    active = rig.start_driver(sets=HA, restart=False)
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    waiting = rig.start_driver(sets=HA, restart=False)
+    for _ in range(rig.spec.kills):
+        _await_warm(rig, waiting)
+        time.sleep(rng.uniform(0.0, 1.0))  # anywhere in a batch
+        active.kill()
+        rig.event("kill", f"SIGKILL active driver {active.n}")
+        _await_takeover(rig, waiting)
+        if "took over the lease" not in waiting.log():
+            rig.result.problems.append(f"driver {waiting.n} committed without taking over")
+        active, waiting = waiting, rig.start_driver(sets=HA, restart=False)
+    _await_warm(rig, waiting)
+    _pause_past_the_lease(rig, active, waiting)
+    rig.producer.stop()
+    rig.event("drain", "producer stopped")
+    rig.wait_until(rig.caught_up, 480, "draining to the produced end offsets")
+    waiting.stop()
+    rig.event("stop", f"driver {waiting.n} stopped")
+    rig.verify()
+
+
+@scenario("standby-pause")
+def standby_pause(rig: Rig) -> None:
+    """SIGSTOP the active past its lease (a long GC, a lost network): the warm standby
+    takes over; SIGCONT the old one: it must commit nothing more and exit non-zero."""
+    old = rig.start_driver(sets=HA, restart=False)
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    new = rig.start_driver(sets=HA, restart=False)
+    _await_warm(rig, new)
+    _pause_past_the_lease(rig, old, new)
+    _finish(rig)
+
+
+def _await_warm(rig: Rig, d: DriverProcess) -> None:
+    """``d`` stands by warm and the active committed once more since."""
+    rig.wait_until(
+        lambda: "standing by, warm" in d.log(), COMMIT_TIMEOUT_S, f"for driver {d.n} to stand by"
+    )
+    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
 
 
 def _await_takeover(rig: Rig, d: DriverProcess) -> None:
@@ -240,49 +400,9 @@ def _await_takeover(rig: Rig, d: DriverProcess) -> None:
     )
 
 
-@scenario("standby")
-def standby(rig: Rig) -> None:
-    """Two replicas with ``ha.mode: auto``; SIGKILL the active ``kills`` times. The warm
-    standby takes over each time (recovery: the kill to its first commit), then a new
-    standby is started beside it."""
-    rng = random.Random(rig.spec.kills)
-    ha = ["ha.mode=auto"]
-    active = rig.start_driver(sets=ha, restart=False)
-    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
-    waiting = rig.start_driver(sets=ha, restart=False)
-    for _ in range(rig.spec.kills):
-        rig.wait_until(
-            _standing_by(waiting),
-            COMMIT_TIMEOUT_S,
-            f"for driver {waiting.n} to stand by",
-        )
-        rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
-        time.sleep(rng.uniform(0.0, 1.0))  # anywhere in a batch
-        active.kill()
-        rig.event("kill", f"SIGKILL active driver {active.n}")
-        _await_takeover(rig, waiting)
-        if "took over the lease" not in waiting.log():
-            rig.result.problems.append(f"driver {waiting.n} committed without taking over")
-        active, waiting = waiting, rig.start_driver(sets=ha, restart=False)
-    rig.producer.stop()
-    rig.event("drain", "producer stopped")
-    rig.wait_until(rig.caught_up, 480, "draining to the produced end offsets")
-    for d in (waiting, active):
-        d.stop()
-    rig.event("stop", "both replicas stopped")
-    rig.verify()
-
-
-@scenario("standby-pause")
-def standby_pause(rig: Rig) -> None:
-    """SIGSTOP the active past its lease (a long GC, a lost network): the warm standby
-    takes over; SIGCONT the old one: it must commit nothing more and exit non-zero."""
-    ha = ["ha.mode=auto"]
-    old = rig.start_driver(sets=ha, restart=False)
-    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
-    new = rig.start_driver(sets=ha, restart=False)
-    rig.wait_until(_standing_by(new), COMMIT_TIMEOUT_S, f"for driver {new.n} to stand by")
-    rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+def _pause_past_the_lease(rig: Rig, old: DriverProcess, new: DriverProcess) -> None:
+    """SIGSTOP ``old`` (the active) until warm ``new`` took over and committed twice, then
+    SIGCONT it: it must commit nothing more and exit non-zero within the lease."""
     os.killpg(old.pid, signal.SIGSTOP)
     rig.event("pause", f"SIGSTOP active driver {old.n}")
     _await_takeover(rig, new)
@@ -301,12 +421,37 @@ def standby_pause(rig: Rig) -> None:
         and datetime.fromisoformat(str(b["ts"]).replace("Z", "+00:00")).timestamp() > resumed
     ]
     line = old.error_line()
-    if old.poll() in (0, None) or not any(w in line for w in ("lease", "fenced")):
+    if old.poll() in (0, None) or not any(w in line for w in ("lease", "fenced", "epoch")):
         rig.result.problems.append(f"resumed driver exited {old.poll()}: {line!r}")
     if late:
         rig.result.problems.append(f"resumed driver committed {len(late)} batch(es)")
+    rig.result.problems.extend(_superseded_writes(rig, resumed))
     rig.result.notes.append(f"resumed driver stopped {exit_s:.1f}s after SIGCONT: {line[:120]}")
-    _finish(rig)
+
+
+def _superseded_writes(rig: Rig, since: float) -> list[str]:
+    """What the tables and the journal hold of a superseded writer: a commit whose epoch
+    is below one committed before it (the table's history, read independently), or an
+    instant requested after ``since`` (epoch seconds) below the newest epoch."""
+    from pipeline.commit.instant import format_instant_time
+    from pipeline.tools.verify import commit_epochs
+
+    out = []
+    epochs = commit_epochs(rig.cfg)
+    back = [(i, e) for i, e in enumerate(epochs) if i and e < max(epochs[:i])]
+    if back:
+        out.append(f"table history goes back to a superseded epoch at commit(s) {back[:5]}")
+    timeline = rig.tables().timeline(rig.cfg.id)
+    newest = max(timeline.epochs(), default=0)
+    after = format_instant_time(datetime.fromtimestamp(since, tz=UTC))
+    stale = [
+        i.time
+        for i in timeline.instants()
+        if i.time > after and i.epoch is not None and i.epoch < newest
+    ]
+    if stale:
+        out.append(f"journal: instant(s) {stale[:5]} requested after SIGCONT at an old epoch")
+    return out
 
 
 @scenario("checkpoint-deleted")

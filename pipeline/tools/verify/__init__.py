@@ -17,10 +17,8 @@ uses to check tables against the producer's acknowledged offsets.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +28,7 @@ from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.formats import registry
 from pipeline.formats.base import TableSet
+from pipeline.formats.hudi.format import hudi_reader
 from pipeline.tools.verify.engine import TableCheck
 from pipeline.tools.verify.kafka import KafkaWindowReader, verifier_consumer_config
 from pipeline.tools.verify.model import PartitionVerdict, RangeIssue, VerifyReport
@@ -100,23 +99,15 @@ def _iceberg_tables(
     return main, load(dead_id)
 
 
-def _local(uri: str) -> str:
-    if "://" in uri:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
-            raise ConfigError(f"Hudi base path {uri!r}: only local paths are supported")
-        uri = parsed.path
-    return os.path.abspath(os.path.expanduser(uri))
-
-
-def _hudi_table(base: str) -> HudiSource | None:
-    if not os.path.isdir(os.path.join(base, ".hoodie")):
+def _hudi_table(cfg: PipelineConfig, location: str) -> HudiSource | None:
+    found = hudi_reader(cfg, location)
+    if found is None:
         return None
     try:
         import hudi  # noqa: F401
     except ImportError:
         raise ConfigError("verifying Hudi tables needs the hudi package (hudi-rs)") from None
-    return HudiSource(base)
+    return HudiSource(*found)
 
 
 def _sources(
@@ -128,18 +119,17 @@ def _sources(
         main_i, dead_i = _iceberg_tables(cfg, main.location, dead.location)
         assert main_i is not None  # a missing main table raised TableMissingError
         return main.location, main_i, dead_i, dead.location
-    base = _local(main.location)
-    main_h = _hudi_table(base)
+    main_h = _hudi_table(cfg, main.location)
     if main_h is None:
-        raise TableMissingError(f"Hudi table {base} does not exist (no .hoodie directory)")
+        raise TableMissingError(f"Hudi table {main.location} does not exist (no .hoodie)")
+    base = main_h.base
     if dead.kind == "iceberg":  # the both format: dead letters in the Iceberg table
         try:
             _, dead_i = _iceberg_tables(cfg, None, dead.location)
         except TableMissingError:
             dead_i = None
         return base, main_h, dead_i, dead.location
-    dl_base = _local(dead.location)
-    return base, main_h, _hudi_table(dl_base), dl_base
+    return base, main_h, _hudi_table(cfg, dead.location), dead.location
 
 
 def verify_pipeline(
@@ -187,6 +177,21 @@ def verify_pipeline(
             except MetadataError as e:
                 raise PipelineError(f"{name}: {e}") from e
     return reports
+
+
+def commit_epochs(cfg: PipelineConfig) -> list[int]:
+    """Writer epochs of the pipeline's commits to its main table, oldest first, read
+    independently (pyiceberg / hudi-rs). A superseded writer's commit would show as an
+    epoch lower than one before it; recommits carry the recovering writer's epoch."""
+    from pipeline.commit.checkpoint import EPOCH_KEY, PIPELINE_ID_KEY
+
+    _, main, _, _ = _sources(cfg, _table_sets(cfg, None)[0])
+    epochs = [
+        int(meta[EPOCH_KEY])
+        for _, meta in main.commits()
+        if meta.get(PIPELINE_ID_KEY) == cfg.id and str(meta.get(EPOCH_KEY, "")).isdigit()
+    ]
+    return epochs[::-1]
 
 
 def recorded_data_loss(

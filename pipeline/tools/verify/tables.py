@@ -191,11 +191,15 @@ def _summary(snapshot: Any) -> Mapping[str, Any]:
 class HudiSource:
     """A Hudi copy-on-write table as of one completed commit, read with hudi-rs."""
 
-    def __init__(self, base: str, as_of: str | None = None) -> None:
+    def __init__(
+        self, base: str, options: Mapping[str, str] | None = None, as_of: str | None = None
+    ) -> None:
         import hudi
 
         self.base = base
-        self._table = hudi.HudiTableBuilder.from_base_uri(base).build()
+        self.options = dict(options or {})
+        builder = hudi.HudiTableBuilder.from_base_uri(base).with_storage_options(self.options)
+        self._table = builder.build()
         self.name = base
         timeline = self._table.get_timeline()
         self._timeline = timeline
@@ -215,8 +219,10 @@ class HudiSource:
             text = meta.get(COMMITTED_KEY)
             if text and any(off > committed.get(tp, -1) for tp, off in parse_offsets(text).items()):
                 continue
-            return self if instant == self.commit_id else HudiSource(self.base, instant)
-        src = HudiSource(self.base)
+            if instant == self.commit_id:
+                return self
+            return HudiSource(self.base, self.options, instant)
+        src = HudiSource(self.base, self.options)
         src._instants, src.commit_id = [], None
         return src
 

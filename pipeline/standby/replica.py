@@ -1,0 +1,112 @@
+"""Warm standby (``ha.mode``): the lease a replica must hold while it writes.
+
+    off      no lease, nothing written (one replica)
+    active   take the lease at once (a live holder stops at its next renewal)
+    auto     take it when nobody holds it or its holder is gone or stopped renewing,
+             else stand by
+    standby  stand by until a lease has not changed for ``ha.leaseSeconds`` (or its
+             holder is gone)
+
+A replica that stands by is warm: Spark session, Python workers, a rehearsal of the
+query and the table are up before it waits, so a take-over starts no process. It takes
+over when the holder's liveness connection closes and its port refuses (a killed active,
+``liveness.py``: milliseconds) or when the lease expires (a paused or partitioned one).
+The lease only decides which replica tries to write; the writer epoch the query takes on
+start (``coordinator.acquire_epoch``) still fences the replica it replaces. The lease
+logic is ``pipeline/commit/lease.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+
+from pipeline.commit.journal import JournalStore
+from pipeline.commit.lease import HaStatus, Lease, MarkKind, Role
+from pipeline.config import HaConfig
+from pipeline.standby.liveness import HolderLink, LivenessBeacon
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.25  # a standby without a liveness link looks at the lease this often
+
+
+class Standby:
+    """One replica's lease for the run: acquire before the query, keep, release."""
+
+    def __init__(self, cfg: HaConfig, store: JournalStore, host: str) -> None:
+        self.cfg = cfg
+        self.beacon = LivenessBeacon(host, cfg.port)
+        self.lease = Lease(
+            store,
+            f"{socket.gethostname()}:{os.getpid()}",
+            lease_s=cfg.lease_seconds,
+            renew_s=cfg.renew_seconds,
+            clock=time.monotonic,
+            patient=cfg.mode == "standby",
+            endpoint=self.beacon.address,
+        )
+        self.link = HolderLink()
+        self.warm = False
+        self.takeovers = 0
+
+    def acquire(self, warm_up: Callable[[], None], stopping: Callable[[], bool]) -> bool:
+        """Block until this replica holds the lease (True) or ``stopping()`` (False)."""
+        if self.cfg.mode == "active":
+            self.lease.take()
+            return True
+        if self._attempt(0.0):
+            return True
+        log.info("standing by: another replica holds the lease; warming up")
+        warm_up()
+        if stopping():
+            return False
+        self.warm = True
+        log.info(
+            "standing by, warm: taking over when the active is gone or its lease is not "
+            "renewed for %gs",
+            self.cfg.lease_seconds,
+        )
+        while not self._attempt(POLL_S):
+            if stopping():
+                self.link.close()
+                return False
+        self.takeovers += 1
+        log.info("took over the lease (generation %d): starting", self.lease.generation)
+        return True
+
+    def _attempt(self, wait_s: float) -> bool:
+        """One look at the lease: follow its holder, wait on it, take it if free.
+
+        Linked to a live holder, the store is listed once per ``renew_s`` (a death shows
+        on the link); unlinked, once per ``wait_s``."""
+        latest = self.lease.peek()
+        holder = latest.generation if latest and latest.kind is not MarkKind.RELEASED else None
+        if holder is not None and holder != self.link.generation:
+            self.link.follow(holder, self.lease.store.endpoint(holder))
+        elif holder is None:
+            self.link.follow(None, None)
+        if self.link.linked and wait_s > 0:
+            wait_s = max(wait_s, self.cfg.renew_seconds)
+        gone = self.link.gone(wait_s)
+        if not self.lease.try_acquire(holder_gone=gone, latest=latest):
+            return False
+        self.link.close()
+        return True
+
+    def status(self) -> HaStatus:
+        """For the metrics (any thread)."""
+        lease = self.lease
+        age = lease.renewed_age() if lease.role is Role.ACTIVE else lease.watch.age()
+        return HaStatus(lease.role.value, self.warm, max(0.0, age), self.takeovers)
+
+    def keep(self) -> None:
+        """Renew when due; raises ``LeaseLostError`` once another replica took over."""
+        self.lease.tick()
+
+    def release(self) -> None:
+        self.lease.release()
+        self.beacon.close()

@@ -101,6 +101,8 @@ class Pipeline:
         self._halting = False  # query.stop() is being issued: no batch may start now
         self._query: Any = None
         self._lease: Standby | None = None  # ha.mode not off: the standby lease
+        # (batch id, its logged end offsets): the next batch's start, without a second read
+        self._last_end: tuple[int, PartitionOffsets] | None = None
 
     # -- set-up ----------------------------------------------------------------------
     @property
@@ -226,7 +228,12 @@ class Pipeline:
         end = offset_log.offsets(batch_id)
         if end is None:
             raise PipelineError(f"offset log entry for batch {batch_id} is missing")
-        start = offset_log.offsets(batch_id - 1)
+        # an offset log entry never changes once written: the previous batch's end is ours
+        last = self._last_end
+        start = last[1] if last is not None and last[0] == batch_id - 1 else None
+        if start is None:
+            start = offset_log.offsets(batch_id - 1)
+        self._last_end = (batch_id, end)
         armed = ",".join(
             f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
         )

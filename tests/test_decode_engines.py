@@ -66,6 +66,8 @@ CORPUS: list[bytes | None] = [
     None,
     b'{"id":22,\n"s":"line break between tokens"}',
     b'{"id":23,"s":"tab\\tescaped"}',
+    b'{"id":41,\r\n"s":"CRLF between tokens"}',
+    b'{"id":42,"s":"raw\nline break inside a string"}',
     b'{"id":24,"extra":"ignored","s":"x"}',
     b'{"id":25,"s":"x"}   ',
     b'  {"id":26}',
@@ -160,6 +162,23 @@ def test_bad_record_inside_a_large_block_is_isolated(bad_at: int) -> None:
     assert ids[bad_at + 1 :] == list(range(bad_at + 1, 20_000))
     assert out.column("_raw_value").to_pylist()[bad_at] == b'{"id": "oops"}'
     assert out.column("_raw_value").null_count == 19_999
+
+
+def test_line_breaks_inside_a_large_block_keep_rows_aligned() -> None:
+    """Values with raw line breaks cannot share the NDJSON fast path: they are found by
+    one scan of the block and decoded on their own, every other row stays in place."""
+    cfg = DecodeConfig.model_validate({"schema": SCHEMA})
+    values: list[bytes | None] = [
+        json.dumps({"id": i, "s": f"v{i}"}).encode() for i in range(20_000)
+    ]
+    values[5] = b'{"id":5,\r\n"s":"v5"}'
+    values[777] = b'{"id":777,\n"s":"v777"}'
+    values[19_999] = b'{"id":19999,"s":"raw\nbreak"}'  # a raw control character: malformed
+    out = ArrowDecoder(cfg, False).decode(_records(values))
+    errors = out.column("_error").to_pylist()
+    assert [i for i, e in enumerate(errors) if e] == [19_999]
+    assert out.column("id").to_pylist()[:19_999] == list(range(19_999))
+    assert out.column("s").to_pylist()[:19_999] == [f"v{i}" for i in range(19_999)]
 
 
 def test_pack_ranges_balances_and_keeps_every_range() -> None:

@@ -357,7 +357,9 @@ def test_reader_reuses_one_consumer_and_emits_each_offset_once(broker: EmbeddedB
             OffsetRange(topic, 0, start, start + 100),
             OffsetRange(topic, 1, start, start + 50),
         ]
-        for batch in read_ranges(conf, ranges, stall_timeout_s=10):
+        # a config per read, as every batch of the pipeline builds (a fresh group.id each)
+        per_read = consumer_config(broker.bootstrap_servers)
+        for batch in read_ranges(per_read, ranges, stall_timeout_s=10):
             seen += zip(
                 batch.column("partition").to_pylist(),
                 batch.column("offset").to_pylist(),

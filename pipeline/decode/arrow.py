@@ -62,6 +62,18 @@ _TS = re.compile(
 _BLOCK_MIN = 64  # below this many rows a failing block is decoded row by row
 
 
+def _any_line_break(values: pa.Array) -> bool:
+    """Whether any value holds a raw ``\\n`` or ``\\r``: one scan of the data buffer."""
+    _, off_buf, data = values.buffers()
+    if len(values) == 0 or data is None:
+        return False
+    width = pa.int64() if pa.types.is_large_binary(values.type) else pa.int32()
+    offsets = pa.Array.from_buffers(width, len(values) + 1, [None, off_buf], offset=values.offset)
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    chunk = data.slice(start, end - start).to_pybytes()
+    return b"\n" in chunk or b"\r" in chunk
+
+
 def arrow_type(type_name: str) -> pa.DataType:
     """Arrow type of a configured field type (the types ``iceberg.schema`` allows)."""
     t = type_name.strip().lower()
@@ -152,11 +164,11 @@ class ArrowDecoder:
             pc.and_(pc.is_valid(value), pc.invert(too_big)),
             pc.and_(pc.starts_with(value, b"{"), pc.ends_with(value, b"}")),
         )
-        candidate = pc.and_(
-            pc.fill_null(candidate, False),
-            pc.invert(pc.or_(pc.match_substring(value, "\n"), pc.match_substring(value, "\r"))),
-        )
         candidate = pc.fill_null(candidate, False)
+        if _any_line_break(value):  # rare: only then find the rows (a per-row scan costs
+            # as much as the JSON parse at ~1.2 KB; one pass over the buffer a twentieth)
+            breaks = pc.or_(pc.match_substring(value, "\n"), pc.match_substring(value, "\r"))
+            candidate = pc.and_(candidate, pc.invert(pc.fill_null(breaks, False)))
         cand_idx = pc.indices_nonzero(candidate)
         fast_rows, slow_idx = self._parse_fast(pc.take(value, cand_idx), cand_idx)
         other_idx = pc.indices_nonzero(pc.invert(candidate))

@@ -6,7 +6,8 @@ the embedded broker, docs/bench.md). A reused Spark Python worker runs one task 
 so a small per-process pool is enough.
 
 Rules
-  * A consumer is keyed by its whole configuration: a changed setting gets a new one.
+  * A consumer is keyed by its whole configuration but the placeholder ``group.id``: a
+    changed setting gets a new one.
   * It is handed back only after a read that ended normally, with every partition
     unassigned (librdkafka drops what it had fetched for them); a read that raised or was
     abandoned closes it, so a consumer in an unknown state is never reused.
@@ -19,7 +20,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -30,7 +31,6 @@ ConfKey = tuple[tuple[str, str], ...]
 @dataclass
 class KeptConsumer:
     consumer: Consumer
-    topics_known: set[str] = field(default_factory=set)  # metadata already fetched
 
 
 class ConsumerPool:
@@ -42,7 +42,9 @@ class ConsumerPool:
 
     @staticmethod
     def key(conf: Mapping[str, Any]) -> ConfKey:
-        return tuple(sorted((str(k), str(v)) for k, v in conf.items()))
+        # group.id is a random placeholder per consumer_config() call (assign-only: no group
+        # request is ever made); keyed by it, no batch would find the previous one's consumer
+        return tuple(sorted((str(k), str(v)) for k, v in conf.items() if k != "group.id"))
 
     @contextlib.contextmanager
     def lease(self, conf: Mapping[str, Any]) -> Iterator[KeptConsumer]:

@@ -76,6 +76,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._metadata: Any = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow cap
+        self._reported: PartitionOffsets | None = None  # broker ends seen by latestOffset
 
     # -- planning (long-lived planner worker) ---------------------------------------
     @property
@@ -118,10 +119,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = PartitionOffsets.from_dict(start)
-        tps = set(self._current_partitions()) | set(begin)
-        broker = self.metadata.offsets(sorted(tps & set(self._current_partitions())))
+        broker = self.metadata.offsets(sorted(self._current_partitions()))
         rec = reconcile(begin, broker, fail_on_data_loss=self.options.fail_on_data_loss)
         latest = {tp: b.high for tp, b in broker.items()}
+        # Spark asks reportLatestOffset right after this: answer from the same listing
+        self._reported = PartitionOffsets(latest)
         if self._target is not None:
             latest = {tp: min(h, self._target.get(tp, rec.start[tp])) for tp, h in latest.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -137,6 +139,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict | None:
+        if self._reported is not None:  # listed by this trigger's latestOffset
+            reported, self._reported = self._reported, None
+            return reported.to_dict()
         try:
             tps = self._current_partitions()
             return PartitionOffsets(

@@ -33,6 +33,8 @@ from pipeline.errors import BrokerUnavailableError, DataLossError
 from pipeline.source.consumers import POOL
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+# bound on the wake-up request of a read (brokers down: the read's stall timeout applies)
+_WAKE_TIMEOUT_S = 5.0
 
 
 def record_schema(include_headers: bool) -> pa.Schema:
@@ -122,22 +124,30 @@ def read_ranges(
     schema = record_schema(include_headers)
     with POOL.lease(consumer_conf) as kept:
         consumer = kept.consumer
-        # Metadata first: assign() then fetches at once instead of after a refresh (~0.5 s).
-        for topic in {tp.topic for tp in todo} - kept.topics_known:
-            # brokers down: assign() waits for them instead, bounded by stall_timeout_s
-            with contextlib.suppress(KafkaException):
-                consumer.list_topics(topic, timeout=10)
-                kept.topics_known.add(topic)
         assignment = [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
         consumer.assign(assignment)
         consumer.resume(assignment)  # a kept consumer's partitions may still be paused
+        # Wake every leader's broker thread: a kept consumer's have been idle since its
+        # last read and only notice the new fetch positions at their next wake-up, up to
+        # 1 s later (librdkafka debug log: "start fetching", then "fetchable" exactly 1 s
+        # after). One ListOffsets request per leader does it; the answer is not needed.
+        with contextlib.suppress(KafkaException):
+            consumer.offsets_for_times(
+                [KTopicPartition(p.topic, p.partition, OFFSET_END) for p in assignment],
+                timeout=_WAKE_TIMEOUT_S,
+            )
         # next offset to emit per partition: a record delivered twice (a fetch of an earlier
         # assignment) is skipped, so the range's records come out once, in order
         nxt: dict[tuple[str, int], int] = {tp: r.start for tp, r in todo.items()}
         cols = _Columns(include_headers)
         last_progress = time.monotonic()
         while todo:
-            msgs = consumer.consume(poll_batch, timeout=0.1)
+            # consume(n) blocks until n messages or the timeout: asking for no more than
+            # the records still due returns the moment the last one arrives instead of
+            # idling out the timeout at the end of every read (gaps such as control
+            # records only make it wait the timeout, then _finish_by_position closes them)
+            due = sum(r.end - nxt[tp] for tp, r in todo.items())
+            msgs = consumer.consume(max(1, min(poll_batch, due)), timeout=0.1)
             progressed = False
             # the per-record loop: plain list appends only (the rest is vectorised)
             keys, values, topics = cols.keys.append, cols.values.append, cols.topics.append

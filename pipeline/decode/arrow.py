@@ -62,15 +62,24 @@ _TS = re.compile(
 _BLOCK_MIN = 64  # below this many rows a failing block is decoded row by row
 
 
-def _any_line_break(values: pa.Array) -> bool:
-    """Whether any value holds a raw ``\\n`` or ``\\r``: one scan of the data buffer."""
+def _value_bytes(values: pa.Array) -> pa.Buffer | None:
+    """The bytes of a binary array's values, contiguous (its data buffer cut to the slice
+    the array covers); None for an empty array."""
     _, off_buf, data = values.buffers()
     if len(values) == 0 or data is None:
-        return False
+        return None
     width = pa.int64() if pa.types.is_large_binary(values.type) else pa.int32()
     offsets = pa.Array.from_buffers(width, len(values) + 1, [None, off_buf], offset=values.offset)
     start, end = offsets[0].as_py(), offsets[-1].as_py()
-    chunk = data.slice(start, end - start).to_pybytes()
+    return data.slice(start, end - start)
+
+
+def _any_line_break(values: pa.Array) -> bool:
+    """Whether any value holds a raw ``\\n`` or ``\\r``: one scan of the data buffer."""
+    data = _value_bytes(values)
+    if data is None:
+        return False
+    chunk = data.to_pybytes()
     return b"\n" in chunk or b"\r" in chunk
 
 
@@ -243,12 +252,8 @@ class ArrowDecoder:
 
     def _parse_block(self, values: pa.Array) -> pa.Table | None:
         joined = pc.binary_join_element_wise(values, pa.scalar(b""), pa.scalar(b"\n"))
-        _, off_buf, buf = joined.buffers()
-        offsets = pa.Array.from_buffers(
-            pa.int32(), len(joined) + 1, [None, off_buf], offset=joined.offset
-        )
-        start, end = offsets[0].as_py(), offsets[-1].as_py()
-        data = buf[start:end] if buf is not None else b""
+        span = _value_bytes(joined)
+        data = span if span is not None else b""
         try:
             table = pj.read_json(
                 pa.BufferReader(data),

@@ -20,7 +20,6 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -28,15 +27,10 @@ from confluent_kafka import Consumer, KafkaException
 ConfKey = tuple[tuple[str, str], ...]
 
 
-@dataclass
-class KeptConsumer:
-    consumer: Consumer
-
-
 class ConsumerPool:
     def __init__(self, max_idle: int = 2) -> None:
         self.max_idle = max_idle
-        self._idle: OrderedDict[ConfKey, list[KeptConsumer]] = OrderedDict()
+        self._idle: OrderedDict[ConfKey, list[Consumer]] = OrderedDict()
         self._lock = threading.Lock()
         self.created = 0  # consumers created over the pool's life (tests, diagnostics)
 
@@ -47,13 +41,13 @@ class ConsumerPool:
         return tuple(sorted((str(k), str(v)) for k, v in conf.items() if k != "group.id"))
 
     @contextlib.contextmanager
-    def lease(self, conf: Mapping[str, Any]) -> Iterator[KeptConsumer]:
+    def lease(self, conf: Mapping[str, Any]) -> Iterator[Consumer]:
         """A consumer for ``conf``: reused when one is idle, returned afterwards only if
         the ``with`` block ended normally."""
         key = self.key(conf)
         kept = self._take(key)
         if kept is None:
-            kept = KeptConsumer(Consumer(dict(conf)))
+            kept = Consumer(dict(conf))
             self.created += 1
         ok = False
         try:
@@ -63,16 +57,16 @@ class ConsumerPool:
             if ok and self._reset(kept):
                 self._give_back(key, kept)
             else:
-                _close(kept.consumer)
+                _close(kept)
 
     def close(self) -> None:
         with self._lock:
             idle = [k for ks in self._idle.values() for k in ks]
             self._idle.clear()
         for k in idle:
-            _close(k.consumer)
+            _close(k)
 
-    def _take(self, key: ConfKey) -> KeptConsumer | None:
+    def _take(self, key: ConfKey) -> Consumer | None:
         with self._lock:
             ks = self._idle.get(key)
             if not ks:
@@ -82,7 +76,7 @@ class ConsumerPool:
                 del self._idle[key]
             return kept
 
-    def _give_back(self, key: ConfKey, kept: KeptConsumer) -> None:
+    def _give_back(self, key: ConfKey, kept: Consumer) -> None:
         evicted = []
         with self._lock:
             self._idle.setdefault(key, []).append(kept)
@@ -93,12 +87,12 @@ class ConsumerPool:
                 if not self._idle[oldest]:
                     del self._idle[oldest]
         for k in evicted:
-            _close(k.consumer)
+            _close(k)
 
     @staticmethod
-    def _reset(kept: KeptConsumer) -> bool:
+    def _reset(kept: Consumer) -> bool:
         try:
-            kept.consumer.unassign()
+            kept.unassign()
             return True
         except (KafkaException, RuntimeError):
             return False

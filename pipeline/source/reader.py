@@ -122,8 +122,7 @@ def read_ranges(
     if not todo:
         return
     schema = record_schema(include_headers)
-    with POOL.lease(consumer_conf) as kept:
-        consumer = kept.consumer
+    with POOL.lease(consumer_conf) as consumer:
         assignment = [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
         consumer.assign(assignment)
         consumer.resume(assignment)  # a kept consumer's partitions may still be paused

@@ -150,6 +150,10 @@ class Pipeline:
             opts["startingTimestamp"] = str(s.starting_timestamp)
         if s.max_records_per_trigger:
             opts["maxRecordsPerTrigger"] = str(s.max_records_per_trigger)
+        if s.min_records_per_trigger:
+            opts["minRecordsPerTrigger"] = str(s.min_records_per_trigger)
+        if s.max_trigger_delay:
+            opts["maxTriggerDelay"] = s.max_trigger_delay
         if s.min_partitions:
             opts["minPartitions"] = str(s.min_partitions)
         opts["failOnDataLoss"] = str(s.fail_on_data_loss).lower()
@@ -492,6 +496,7 @@ class Pipeline:
         query = self.start()
         self._query = query
         self._record_running()
+        maintenance = self._start_maintenance()
         deadline = time.monotonic() + timeout_s if timeout_s else None
         next_fence_check = time.monotonic() + FENCE_CHECK_S
         try:
@@ -524,8 +529,29 @@ class Pipeline:
             # cancel its Spark jobs and fail it noisily; the process's exit ends it instead
             if query.isActive and not self.stats.stop_cut_short:
                 query.stop()
+            if maintenance is not None:
+                maintenance.stop()
             self.observers.stop()
         return self.stats
+
+    def _start_maintenance(self) -> Any:
+        """Background compaction, orphan cleanup and file statistics (``maintenance.*``),
+        on tables of its own; never fails the run."""
+        from pipeline.commit.faults import FaultPoints
+        from pipeline.maintenance import start_background
+
+        try:
+            return start_background(
+                self.cfg,
+                lambda: self.format.open_tables(self.cfg, FaultPoints("")),
+                epoch=self.coordinator.epoch if self.timeline is not None else None,
+                report=self.observers.maintenance,
+                file_stats=self.metrics is not None,
+                faults=self.faults,  # compaction-after-write / -commit (drills)
+            )
+        except Exception as e:
+            log.warning("background maintenance not started: %s", e)
+            return None
 
     # -- warm standby (ha.mode, pipeline/standby/) --------------------------------------
     def _acquire_lease(self) -> bool:

@@ -1,4 +1,4 @@
-"""``ingest`` command line: run, demo, status, broker, produce.
+"""``ingest`` command line: run, demo, status, compact, verify, broker, produce, drill, bench.
 
 Operator-facing errors (``PipelineError``, also when Spark wrapped them) print as one
 line on stderr with exit status 2; anything else is a bug and keeps its traceback.
@@ -236,6 +236,56 @@ def status(config: ConfigOpt = None, set_: SetOpt = None) -> None:
 
     cfg = _load_config(config, set_)
     print_status(cfg, untruncated(out))
+
+
+@app.command()
+def compact(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    orphans: Annotated[
+        bool,
+        typer.Option(
+            "--orphans",
+            help="remove data files no commit or pending instant references, older than "
+            "--older-than, instead of compacting",
+        ),
+    ] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option(help="orphan safety interval, e.g. '2 hours' (maintenance.orphans.olderThan)"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="--orphans: list what would go, delete nothing")
+    ] = False,
+    target_file_size: Annotated[
+        int | None,
+        typer.Option(help="bytes (maintenance.compaction.targetFileSizeBytes)", min=1024),
+    ] = None,
+    min_input_files: Annotated[
+        int | None,
+        typer.Option(help="per partition (maintenance.compaction.minInputFiles)", min=2),
+    ] = None,
+) -> None:
+    """Compact the pipeline's tables once: small data files rewritten into target-size ones
+    in one replace commit each, the ingest checkpoint unchanged. Safe beside a running
+    pipeline. With --orphans: remove unreferenced data files instead."""
+    from pipeline.config import seconds_of
+    from pipeline.tools.compact import run_compact
+
+    cfg = _load_config(config, set_)
+    try:
+        older = seconds_of(older_than) if older_than is not None else None
+    except ValueError as e:
+        raise ConfigError(f"--older-than {older_than!r}: {e}") from None
+    run_compact(
+        cfg,
+        out,
+        orphans=orphans,
+        older_than_s=older,
+        dry_run=dry_run,
+        target_file_size_bytes=target_file_size,
+        min_input_files=min_input_files,
+    )
 
 
 @app.command()

@@ -12,10 +12,18 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from pipeline.errors import ConfigError
@@ -44,6 +52,10 @@ class SourceConfig(_Model):
     starting_offsets_fallback: Literal["earliest", "latest"] = "earliest"
     starting_timestamp: int | None = Field(default=None, ge=0)
     max_records_per_trigger: int | None = Field(default=None, ge=1)
+    # hold a trigger until this many records are available, or maxTriggerDelay has passed
+    # since the last batch (default 15 minutes; Trigger.AvailableNow / once ignore both)
+    min_records_per_trigger: int | None = Field(default=None, ge=1)
+    max_trigger_delay: str | None = None
     min_partitions: int | None = Field(default=None, ge=1)
     fail_on_data_loss: bool = True
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
@@ -56,6 +68,25 @@ class SourceConfig(_Model):
     @classmethod
     def _empty_kafka(cls, v: Any) -> Any:
         return {} if v is None else {k: str(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("max_trigger_delay")
+    @classmethod
+    def _max_trigger_delay(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_duration("source.maxTriggerDelay", v)
+
+    @model_validator(mode="after")
+    def _admission(self) -> SourceConfig:
+        lo, hi = self.min_records_per_trigger, self.max_records_per_trigger
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(
+                f"source.minRecordsPerTrigger ({lo}) must not exceed "
+                f"source.maxRecordsPerTrigger ({hi})"
+            )
+        if self.max_trigger_delay is not None and lo is None:
+            raise ValueError(
+                "source.maxTriggerDelay needs source.minRecordsPerTrigger (it bounds that wait)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_subscription(self) -> SourceConfig:
@@ -154,6 +185,31 @@ class SinkConfig(_Model):
         return self.dead_letter_table or f"{self.table}_dead_letter"
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|minutes?|min)")
+_MS_PER_UNIT = {"mil": 1, "sec": 1_000, "min": 60_000}
+
+
+def normalize_duration(key: str, v: str) -> str:
+    """``'500 ms'`` -> ``'500 milliseconds'``: the spelling Spark's interval parser reads.
+
+    Accepts a number (fractions allowed) and ms / milliseconds / s / seconds / min /
+    minutes; raises ``ValueError`` naming ``key`` otherwise.
+    """
+    m = _DURATION.fullmatch(v.strip())
+    if not m:
+        raise ValueError(f"{key} must look like '10 seconds', '500 ms' or '1 minute'")
+    # Spark's interval parser knows only the long unit names ("500 ms" fails there).
+    unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}.get(m[2], m[2])
+    if "." in m[1]:  # nor fractions of a unit: say it in whole milliseconds
+        return f"{round(float(m[1]) * _MS_PER_UNIT[unit[:3]])} milliseconds"
+    return f"{m[1]} {unit}"
+
+
+def spark_duration_seconds(key: str, v: str) -> float:
+    """Seconds of a duration written as ``normalize_duration`` accepts it."""
+    return seconds_of(normalize_duration(key, v))
+
+
 class TriggerConfig(_Model):
     mode: Literal["processing-time", "available-now", "once"] = "processing-time"
     interval: str = "10 seconds"
@@ -161,15 +217,7 @@ class TriggerConfig(_Model):
     @field_validator("interval")
     @classmethod
     def _interval(cls, v: str) -> str:
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|seconds?|minutes?|min)", v.strip())
-        if not m:
-            raise ValueError("trigger.interval must look like '10 seconds', '500 ms' or '1 minute'")
-        # Spark's interval parser knows only the long unit names ("500 ms" fails there).
-        unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}.get(m[2], m[2])
-        if "." in m[1]:  # nor fractions of a unit: say it in whole milliseconds
-            per_unit = {"mil": 1, "sec": 1_000, "min": 60_000}[unit[:3]]
-            return f"{round(float(m[1]) * per_unit)} milliseconds"
-        return f"{m[1]} {unit}"
+        return normalize_duration("trigger.interval", v)
 
 
 class SparkConfig(_Model):
@@ -239,6 +287,57 @@ class HaConfig(_Model):
         return self
 
 
+_SECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_SECONDS_PER_UNIT = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), 0.001),
+    **dict.fromkeys(("", "s", "second", "seconds"), 1.0),
+    **dict.fromkeys(("min", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hour", "hours"), 3600.0),
+}
+
+
+def seconds_of(v: Any) -> float:
+    """Seconds of ``300``, ``"300"``, ``"500 ms"``, ``"5 minutes"`` or ``"1 hour"``."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    m = _SECONDS.fullmatch(str(v).strip())
+    if not m or m[2] not in _SECONDS_PER_UNIT:
+        raise ValueError(
+            "must be seconds or look like '500 ms', '30 seconds', '5 minutes', '1 hour'"
+        )
+    return float(m[1]) * _SECONDS_PER_UNIT[m[2]]
+
+
+Seconds = Annotated[float, BeforeValidator(seconds_of), Field(ge=0)]
+
+
+class CompactionConfig(_Model):
+    """Background compaction of small data files (docs/maintenance.md)."""
+
+    enabled: bool = False
+    # files below 75 % of this are rewritten into files of about this size;
+    # default: sink.targetFileSizeBytes
+    target_file_size_bytes: int | None = Field(default=None, ge=1024)
+    min_input_files: int = Field(default=5, ge=2)  # per table partition
+    interval: Seconds = 300.0
+
+
+class OrphanCleanupConfig(_Model):
+    """Background removal of data files no commit references (docs/maintenance.md)."""
+
+    enabled: bool = False
+    # only files unreferenced AND older than this go: never below commit.catalogRetrySeconds
+    older_than: Seconds = 3600.0
+    interval: Seconds = 3600.0
+
+
+class MaintenanceConfig(_Model):
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    orphans: OrphanCleanupConfig = Field(default_factory=OrphanCleanupConfig)
+    # live data files and their average size, for the metrics (0: not measured)
+    file_stats_interval: Seconds = 60.0
+
+
 class PipelineConfig(_Model):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     source: SourceConfig
@@ -251,6 +350,18 @@ class PipelineConfig(_Model):
     commit: CommitConfig = Field(default_factory=CommitConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     ha: HaConfig = Field(default_factory=HaConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+
+    @model_validator(mode="after")
+    def _orphans_outwait_commit_retries(self) -> PipelineConfig:
+        window = self.commit.catalog_retry_seconds
+        if self.maintenance.orphans.older_than < window:
+            raise ValueError(
+                f"maintenance.orphans.olderThan ({self.maintenance.orphans.older_than:g} s) must "
+                f"not be below commit.catalogRetrySeconds ({window:g} s): a commit still being "
+                "retried may reference a file that old"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lease_needs_the_journal(self) -> PipelineConfig:

@@ -5,7 +5,9 @@ the same in Spark's Iceberg (``iceberg-spark-runtime-3.5``, which needs PySpark 
 in its own virtual environment that ``scripts/jvm-reader-env.sh`` builds on first use,
 TOOLING.md). The pipeline runs as driver processes on a SQLite SQL catalog, SIGKILLed after
 pre-committing a batch and restarted (the restart fences, recommits that batch and drains),
-with malformed records for the dead-letter table and manifests merged every other commit.
+with malformed records for the dead-letter table and manifests merged every other commit;
+``ingest compact`` rewrites the small files beside the pending instant and again at the end
+(``replace`` snapshots: no rows added, skipped by incremental reads, no checkpoint keys).
 Then ``tests/jvm_reader/read_iceberg.py`` reads both tables through Iceberg's ``JdbcCatalog``
 over the same SQLite file, and its answers are checked against pyiceberg's and the Parquet
 files: the (topic, partition, offset) multiset; every snapshot with its summary (our
@@ -33,6 +35,7 @@ from support.drivers import (
     iceberg_coords,
     pipeline_config,
     produced,
+    run_cli,
     run_driver_killed,
     run_driver_ok,
     write_config,
@@ -40,6 +43,8 @@ from support.drivers import (
 from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
+from pipeline.commit.checkpoint import PIPELINE_ID_KEY
+from pipeline.commit.maintenance import COMPACTION_KEY
 from pipeline.config import load_config
 from pipeline.tools.generator import GeneratorSpec, produce
 
@@ -174,6 +179,9 @@ def _check_snapshots(name: str, doc: dict[str, Any], py: dict[str, Any]) -> None
         assert theirs["operation"] == mine["operation"], (name, sid)
         assert theirs["parent_id"] == mine["parent_id"], (name, sid)
         assert theirs["committed_at_ms"] == mine["committed_at_ms"], (name, sid)
+        if COMPACTION_KEY in summary:  # a rewrite: no checkpoint of its own
+            assert mine["operation"] == "replace" and PIPELINE_ID_KEY not in summary
+            continue
         json.loads(summary["ingest.committed-offsets"])  # the checkpoint reads back
     assert [h["snapshot_id"] for h in doc["history"]] == py["history"], name
     assert doc["current_snapshot_id"] == py["current"], name
@@ -181,11 +189,17 @@ def _check_snapshots(name: str, doc: dict[str, Any], py: dict[str, Any]) -> None
     rows_as_of = {int(k): v for k, v in doc["rows_as_of"].items()}
     assert rows_as_of == py["rows_at"], name
     assert len(set(rows_as_of.values())) >= 2, f"{name}: no older snapshot with fewer rows"
-    # incremental reads: what each snapshot added (manifest entries ADDED by it)
+    # incremental reads: what each snapshot added (manifest entries ADDED by it); a
+    # compaction (operation replace) adds no rows, and incremental readers skip it
     for sid, mine in py["snapshots"].items():
         added = sum(n for _, _, n in doc["appended"][str(sid)].values())
         before = py["rows_at"][mine["parent_id"]] if mine["parent_id"] else 0
         assert added == py["rows_at"][sid] - before, (name, sid)
+        if mine["operation"] == "replace":
+            assert added == 0, (name, sid)
+            summary = mine["summary"]
+            assert summary["added-records"] == summary["deleted-records"], (name, sid)
+            continue
         assert added == int(mine["summary"].get("added-records", 0)), (name, sid)
 
 
@@ -257,7 +271,7 @@ def _check_batches(*docs: dict[str, Any]) -> None:
     for doc in docs:
         for snap in doc["snapshots"]:
             summary = snap["summary"]
-            if "ingest.fence" in summary:
+            if "ingest.fence" in summary or COMPACTION_KEY in summary:
                 assert not doc["appended"][str(snap["snapshot_id"])], snap
                 continue
             key = (summary["ingest.incarnation"], summary["ingest.batch-id"])
@@ -307,10 +321,17 @@ def test_spark_iceberg_reads_what_pyiceberg_reads(
     ]
     # batch 0 committed; batch 1 pre-committed (its files staged), then SIGKILL
     run_driver_killed(config, "after-precommit:kill@1")
+    # compaction beside the pending instant: batch 0's files only (batch 1's are staged)
+    compacted = run_cli("compact", "--config", str(config), "--min-input-files", "2")
+    assert compacted.returncode == 0, compacted.stderr
+    assert "table db.events: compacted" in compacted.stdout, compacted.stdout
     results.append(
         produce(bootstrap, topic, GeneratorSpec(count=500, malformed_fraction=bad, seed=162))
     )
     run_driver_ok(config)  # fences, recommits batch 1 without recomputing it, then drains
+    # and once more over everything: Spark reads a history with two rewrites
+    compacted = run_cli("compact", "--config", str(config), "--min-input-files", "2")
+    assert "table db.events: compacted" in compacted.stdout, compacted.stdout
 
     cfg = load_config(config)
     p = Pipeline(cfg)

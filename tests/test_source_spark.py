@@ -261,3 +261,66 @@ def test_starting_timestamp(spark: Any, kafka_broker: KafkaTestBroker, tmp_path:
     opts = source_options(kafka_broker, topics=topic, startingTimestamp=str(1_700_000_004_000))
     got = run_stream(spark, opts, tmp_path / "ckpt")
     assert_read_once_each(got.coords, [(topic, 0, o) for o in range(4, 10)])
+
+
+def test_min_records_hold_triggers_until_enough_or_the_delay(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """``minRecordsPerTrigger``: no batch while fewer records are available, then one batch
+    of everything; ``maxTriggerDelay``: the few records are admitted once it has passed;
+    Trigger.AvailableNow reads everything regardless.
+    Two queries at once (0.5 s triggers) keep the wall time to a few seconds. (A new
+    checkpoint's batch 0 always runs, empty if held: Spark has nothing committed yet.)"""
+    held, delayed = kafka_broker.new_topic("minrec", 1), kafka_broker.new_topic("mindelay", 1)
+    p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers, "linger.ms": 100})
+
+    def wave(topic: str, n: int) -> None:  # one produce batch: visible all at once
+        for i in range(n):
+            p.produce(topic, value=json.dumps({"i": i}).encode(), partition=0)
+        p.flush(30)
+
+    def sizes(got: Collected) -> list[int]:
+        return [len(cs) for _, cs, _ in got.batches if cs]
+
+    def until(cond: Any, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.1)
+
+    wave(held, 30)
+    wave(delayed, 30)
+    got_held, got_delayed = Collected(), Collected()
+    queries = []
+    t0 = time.monotonic()
+    try:
+        for topic, out, extra in (
+            (delayed, got_delayed, {"maxTriggerDelay": "2 seconds"}),
+            (held, got_held, {}),
+        ):
+            opts = source_options(kafka_broker, topics=topic, minRecordsPerTrigger="100", **extra)
+            df = spark.readStream.format("ingest_kafka").options(**opts).load()
+            w = df.writeStream.foreachBatch(out).trigger(processingTime="500 milliseconds")
+            queries.append(w.option("checkpointLocation", str(tmp_path / topic)).start())
+
+        until(lambda: sizes(got_delayed))
+        waited = time.monotonic() - t0
+        assert waited >= 2.0  # the delay runs from the reader's start, after t0
+        assert sizes(got_delayed) == [30]
+        # meanwhile nothing for the other query: 30 < 100, and the default delay is 15 min
+        assert sizes(got_held) == []
+
+        wave(held, 100)
+        until(lambda: sizes(got_held))
+        assert sizes(got_held) == [130]
+        assert_read_once_each(got_held.coords, [(held, 0, o) for o in range(130)])
+    finally:
+        for q in queries:
+            q.stop()
+    for q in queries:
+        assert q.exception() is None
+
+    # Trigger.AvailableNow ignores the minimum: everything up to its target, at once
+    opts = source_options(kafka_broker, topics=held, minRecordsPerTrigger="1000")
+    got = run_stream(spark, opts, tmp_path / "available-now")
+    assert sizes(got) == [130]

@@ -559,6 +559,9 @@ def test_status_after_a_data_loss_stop(
     epochs = DualTables.from_config(lake.cfg, FaultPoints("")).timeline(lake.cfg.id).epochs()
     assert epochs and f"writer epoch: {epochs[-1]}" in text  # the Hudi-side journal
     assert "table db.events:" in text and "Hudi table" in text
+    # each table's live data files and their average size (small files: ingest compact)
+    assert re.search(r"^table db\.events: [\d,]+ live data files, average ", text, re.M), text
+    assert re.search(r"^Hudi table \S+: [\d,]+ live data files, average ", text, re.M), text
     for header in ("log start", "high watermark", "committed", "lag", "below log start"):
         assert header in text
     # topic, partition, log start, high watermark, committed, lag, below log start

@@ -17,6 +17,8 @@ Points (driver unless noted):
   after-commit                  main table committed, COMPLETED marker not yet written
   after-commit-before-checkpoint  marker written, Spark's commit log not yet
   during-rollback               some files of a rolled-back instant deleted, marker not yet
+  compaction-after-write        background compaction: its files written, not committed
+  compaction-after-commit       background compaction: committed (files replaced)
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ POINTS = (
     "after-commit",
     "after-commit-before-checkpoint",
     "during-rollback",
+    "compaction-after-write",
+    "compaction-after-commit",
 )
 ENV = "INGEST_FAULT"
 

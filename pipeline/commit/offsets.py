@@ -5,6 +5,7 @@ Operators
   * ``reconcile``         -- compares a start position with what the broker now reports
                              (new, vanished, shrunk and retention-truncated partitions).
   * ``plan_end``          -- admission control: the end offsets of the next batch.
+  * ``hold_trigger``      -- admission control: too few records yet, plan no batch.
   * ``split_ranges``      -- cuts per-partition ranges into contiguous sub-ranges (tasks).
   * ``pack_ranges``       -- groups ranges into a few tasks of similar size (one consumer
                              per task reads all of its group's ranges).
@@ -200,6 +201,33 @@ def plan_end(
             raise ValueError("max_records must be positive")
         take = _water_fill(available, max_records)
     return PartitionOffsets({tp: off + take[tp] for tp, off in start.items()})
+
+
+def available_records(
+    start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> int:
+    """Records between ``start`` and ``latest``, summed over ``start``'s partitions."""
+    return sum(max(0, latest.get(tp, off) - off) for tp, off in start.items())
+
+
+def hold_trigger(
+    available: int,
+    min_records: int | None,
+    waited_s: float,
+    max_delay_s: float,
+    *,
+    read_all: bool = False,
+) -> bool:
+    """Whether a trigger plans no batch: ``minRecordsPerTrigger`` / ``maxTriggerDelay``.
+
+    Held while fewer than ``min_records`` records are ``available`` and less than
+    ``max_delay_s`` has passed (``waited_s``) since the last admitted batch; never held
+    without a minimum or when the whole backlog must be read (``read_all``:
+    Trigger.AvailableNow / once, which must not stop short).
+    """
+    if min_records is None or read_all:
+        return False
+    return available < min_records and waited_s < max_delay_s
 
 
 def _water_fill(available: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:

@@ -36,6 +36,12 @@ from pipeline.commit.types import DEAD_LETTER, MAIN, BatchOutcome, Outcome, Tabl
 log = logging.getLogger(__name__)
 
 
+def staged_write_id(pipeline_id: str, instant: str) -> str:
+    """Names staged files: the instant time plus a tag of the pipeline, so a rollback
+    never touches files of another pipeline writing the same table."""
+    return f"{instant}-{hashlib.sha1(pipeline_id.encode()).hexdigest()[:8]}"
+
+
 class Recovery:
     """Start-up recovery, a base of :class:`pipeline.commit.coordinator.Coordinator`
     (which supplies the commit operator, :meth:`_commit`)."""
@@ -51,9 +57,7 @@ class Recovery:
         raise NotImplementedError
 
     def write_id(self, instant: str) -> str:
-        """Names staged files: the instant time plus a tag of the pipeline, so a rollback
-        never touches files of another pipeline writing the same table."""
-        return f"{instant}-{hashlib.sha1(self.pipeline_id.encode()).hexdigest()[:8]}"
+        return staged_write_id(self.pipeline_id, instant)
 
     def _table(self, name: str) -> TableCommitter | None:
         return self.main if name == MAIN else self.dead_letter

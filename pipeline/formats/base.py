@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import TableCommitter
 from pipeline.config import PipelineConfig
@@ -99,6 +100,8 @@ class PipelineTables(Protocol):
     def data_ddl(self) -> str: ...  # Spark DDL of the decoded (non-Kafka) columns
 
     def timeline(self, pipeline_id: str) -> InstantTimeline: ...  # the instant journal
+
+    def maintenance(self) -> list[TableMaintenance]: ...  # compaction, orphans, file stats
 
     def task_plan(
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None

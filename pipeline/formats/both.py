@@ -29,6 +29,7 @@ import pyarrow as pa
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.formats.base import TableSet, TableStatus
@@ -168,6 +169,9 @@ class DualTables:
             hudi=hudi,
             data_ddl=iceberg.data_ddl,
         )
+
+    def maintenance(self) -> list[TableMaintenance]:
+        return [*self.iceberg.maintenance(), *self.hudi.maintenance()]
 
     def timeline(self, pipeline_id: str) -> Any:
         return self.hudi.timeline(pipeline_id)  # mints above the Hudi table's timeline

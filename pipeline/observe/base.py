@@ -8,7 +8,10 @@ points; nothing is patched into the pipeline:
   recovered are listed in ``outcome.recovered``);
 * ``on_failure(exc, batch_id)`` -- a batch failed (``batch_id``), or starting the query
   or the idle epoch check failed (``batch_id`` None); fencing errors included;
-* ``on_stop()`` -- the query ended (normally or not).
+* ``on_stop()`` -- the query ended (normally or not);
+* ``on_maintenance(result)`` -- the background maintenance measured a table's files or
+  compacted or cleaned one (:mod:`pipeline.commit.maintenance` results; called from the
+  maintenance thread).
 
 An observer's own exception is logged and never fails a batch or the run.
 """
@@ -20,8 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pipeline.commit.maintenance import CompactionResult, FileStats, OrphanResult
 from pipeline.commit.offsets import TopicPartition
 from pipeline.commit.types import BatchOutcome
+
+MaintenanceResult = CompactionResult | OrphanResult | FileStats
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,8 @@ class PipelineObserver(Protocol):
 
     def on_stop(self) -> None: ...
 
+    def on_maintenance(self, result: MaintenanceResult) -> None: ...
+
 
 class Observer:
     """An observer that ignores everything: subclass it and override what you need."""
@@ -66,6 +74,9 @@ class Observer:
         pass
 
     def on_stop(self) -> None:
+        pass
+
+    def on_maintenance(self, result: MaintenanceResult) -> None:
         pass
 
 
@@ -119,3 +130,6 @@ class Observers:
 
     def stop(self) -> None:
         self._each("on_stop", lambda o: o.on_stop())
+
+    def maintenance(self, result: MaintenanceResult) -> None:
+        self._each("on_maintenance", lambda o: o.on_maintenance(result))

@@ -40,6 +40,11 @@ ingest_ha_role                                        gauge      role
 ingest_ha_active                                      gauge      -
 ingest_ha_lease_age_seconds                           gauge      -
 ingest_ha_takeovers_total                             counter    -
+ingest_table_data_files                               gauge      table
+ingest_table_data_file_average_bytes                  gauge      table
+ingest_compactions_total                              counter    table
+ingest_compacted_files_total                          counter    table
+ingest_orphan_files_removed_total                     counter    table
 process_* / python_info                               (prometheus-client's collectors)
 ====================================================  =========  ===========================
 
@@ -55,6 +60,9 @@ Semantics
   * ``last_commit_age_seconds``: since the last commit of this pipeline (seeded from the
     table's newest commit of the pipeline at start, any table format), or since the
     exporter started when the table holds none.
+  * ``table_data_files`` / ``table_data_file_average_bytes``: measured every
+    ``maintenance.fileStatsInterval`` (and after each compaction) by the driver's
+    background maintenance; absent until the first measurement.
   * ``ready``: 1 when ``/readyz`` answers 200: the streaming query is active, the last
     batch did not fail and the writer was not fenced -- or the replica is a warm standby
     (``ha.mode``), which is healthy and ready to take over.
@@ -94,6 +102,7 @@ from pipeline.observe.accounting import (
     OutcomeAccounting,
     one_line,
 )
+from pipeline.observe.files import FileMetrics
 from pipeline.observe.health import HealthServer
 from pipeline.observe.lag import LagExport
 
@@ -319,6 +328,7 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         active.set_function(lambda: 1.0 if self._query_state()[0] else 0.0)
         ready = Gauge("ingest_ready", "1 when /readyz answers 200.", registry=r)
         ready.set_function(lambda: 1.0 if self.readiness()[0] else 0.0)
+        self.files = FileMetrics(r)  # fed by the background maintenance
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.commit.offsets import BrokerOffsets, TopicPartition
 from pipeline.commit.types import BatchOutcome
 from pipeline.observe.accounting import is_fencing_error
-from pipeline.observe.base import Observer, RunInfo
+from pipeline.observe.base import MaintenanceResult, Observer, RunInfo
 from pipeline.observe.lag import KafkaLagSource, LagFetch
 from pipeline.observe.logs import batch_log_line, batch_logger
 from pipeline.observe.metrics import PipelineMetrics
@@ -88,6 +88,9 @@ class MetricsObserver(Observer):
             self.metrics.mark_failed(exc, batch_id)  # a fencing error counts as fenced
         elif is_fencing_error(exc):  # starting, or the idle epoch check: fencing only
             self.metrics.mark_fenced(exc)
+
+    def on_maintenance(self, result: MaintenanceResult) -> None:
+        self.metrics.files.observe(result)
 
     def _export_pending(self) -> None:
         if self._journal is not None:

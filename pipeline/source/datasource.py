@@ -12,6 +12,16 @@ Planning rules
     vanished / recreated partitions and retention loss raise tagged pipeline errors.
   * Admission control: ``maxRecordsPerTrigger`` through Spark's ``ReadMaxRows`` limit,
     ignored when Spark passes ``ReadAllAvailable`` (Trigger.AvailableNow, ``once``).
+    ``minRecordsPerTrigger`` / ``maxTriggerDelay`` are applied by the reader itself:
+    ``latestOffset`` returns the start unchanged (Spark runs no batch) while too few
+    records are available and the delay since the last admitted batch (or since the
+    reader started) has not passed. pyspark's ``ReadMinRows`` cannot carry both: it has
+    no delay, and Spark hands ``latestOffset`` back exactly the one built-in limit
+    ``getDefaultReadLimit`` returned (no composite with ``ReadMaxRows``). It is still the
+    default limit when only a minimum is set, because a ``ReadAllAvailable`` default
+    could not be told apart from the one ``Trigger.Once`` passes. The minimum is ignored
+    under ``ReadAllAvailable`` (``once``) and once an AvailableNow target is fixed: those
+    runs read everything up to their end.
   * ``Trigger.AvailableNow``: the target is fixed when Spark calls
     ``prepareForTriggerAvailableNow``; nothing beyond it is planned.
 """
@@ -19,6 +29,7 @@ Planning rules
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -36,7 +48,9 @@ from pipeline.commit.offsets import (
     OffsetRange,
     PartitionOffsets,
     TopicPartition,
+    available_records,
     batch_ranges,
+    hold_trigger,
     plan_end,
     reconcile,
     split_ranges,
@@ -77,6 +91,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._metadata: Any = None
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow cap
         self._reported: PartitionOffsets | None = None  # broker ends seen by latestOffset
+        # when the last batch was admitted (or the reader started): maxTriggerDelay's clock
+        self._admitted_at = time.monotonic()
 
     # -- planning (long-lived planner worker) ---------------------------------------
     @property
@@ -126,17 +142,35 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reported = PartitionOffsets(latest)
         if self._target is not None:
             latest = {tp: min(h, self._target.get(tp, rec.start[tp])) for tp, h in latest.items()}
+        now = time.monotonic()
+        if hold_trigger(
+            available_records(rec.start, latest),
+            self.options.min_records_per_trigger,
+            now - self._admitted_at,
+            self.options.max_trigger_delay_s,
+            read_all=isinstance(limit, ReadAllAvailable) or self._target is not None,
+        ):
+            return begin.to_dict()  # unchanged: Spark runs no batch
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         # New partitions only enter the offset map this batch; their data is read from the
         # next one, so each batch's ranges are fully determined by logged offsets.
         known = PartitionOffsets({tp: off for tp, off in rec.start.items() if tp in begin})
         end = plan_end(known, latest, max_rows)
         new = {tp: rec.start[tp] for tp in rec.new_partitions}
-        return end.updated(new).to_dict()
+        planned = end.updated(new)
+        if planned != begin:
+            self._admitted_at = now
+        return planned.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.options.max_records_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        # Spark passes this limit back to latestOffset; Trigger.Once passes
+        # ReadAllAvailable instead. The minimum itself is read from the options.
+        o = self.options
+        if o.max_records_per_trigger:
+            return ReadMaxRows(o.max_records_per_trigger)
+        if o.min_records_per_trigger:
+            return ReadMinRows(o.min_records_per_trigger)
+        return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict | None:
         if self._reported is not None:  # listed by this trigger's latestOffset

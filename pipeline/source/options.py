@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.commit.offsets import TopicPartition
+from pipeline.config import spark_duration_seconds
 from pipeline.errors import ConfigError
 
 KNOWN = {
@@ -23,12 +24,15 @@ KNOWN = {
     "startingoffsets",
     "startingtimestamp",
     "maxrecordspertrigger",
+    "minrecordspertrigger",
+    "maxtriggerdelay",
     "minpartitions",
     "failondataloss",
     "isolationlevel",
     "includeheaders",
     "brokerretryseconds",
 }
+DEFAULT_MAX_TRIGGER_DELAY_S = 15 * 60.0  # as Spark's Kafka source: "15m"
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ class SourceOptions:
     default_for_unlisted: int = -2
     starting_timestamp_ms: int | None = None
     max_records_per_trigger: int | None = None
+    # no batch while fewer records are available and less than max_trigger_delay_s has
+    # passed since the last batch (Spark's Kafka source: minOffsetsPerTrigger)
+    min_records_per_trigger: int | None = None
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     isolation_level: str = "read_committed"
@@ -67,8 +75,8 @@ class SourceOptions:
             raise ConfigError(
                 f"unknown source option(s) {', '.join(unknown)}; allowed: "
                 "assign, topics, topicPattern, startingOffsets, startingTimestamp, "
-                "maxRecordsPerTrigger, minPartitions, failOnDataLoss, isolationLevel, "
-                "includeHeaders, brokerRetrySeconds, kafka.*"
+                "maxRecordsPerTrigger, minRecordsPerTrigger, maxTriggerDelay, minPartitions, "
+                "failOnDataLoss, isolationLevel, includeHeaders, brokerRetrySeconds, kafka.*"
             )
         bootstrap = kafka.pop("bootstrap.servers", None)
         if not bootstrap:
@@ -99,6 +107,8 @@ class SourceOptions:
         if iso not in ("read_committed", "read_uncommitted"):
             raise ConfigError(f"isolationLevel={iso!r}; allowed: read_committed, read_uncommitted")
         mrpt = opts.get("maxrecordspertrigger")
+        max_rows = _int("maxRecordsPerTrigger", mrpt, 1) if mrpt else None
+        min_rows, delay_s = _min_rows(opts, max_rows)
         minp = opts.get("minpartitions")
         return cls(
             bootstrap_servers=bootstrap,
@@ -108,7 +118,9 @@ class SourceOptions:
             starting_offsets=starting,
             starting_offsets_json=starting_json,
             starting_timestamp_ms=ts_ms,
-            max_records_per_trigger=_int("maxRecordsPerTrigger", mrpt, 1) if mrpt else None,
+            max_records_per_trigger=max_rows,
+            min_records_per_trigger=min_rows,
+            max_trigger_delay_s=delay_s,
             min_partitions=_int("minPartitions", minp, 1) if minp else None,
             fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
             isolation_level=iso,
@@ -116,6 +128,24 @@ class SourceOptions:
             broker_retry_s=_int("brokerRetrySeconds", opts.get("brokerretryseconds", "120"), 0),
             kafka=kafka,
         )
+
+
+def _min_rows(opts: Mapping[str, str], max_rows: int | None) -> tuple[int | None, float]:
+    """``minRecordsPerTrigger`` and ``maxTriggerDelay`` (in seconds), checked together."""
+    raw_min, raw_delay = opts.get("minrecordspertrigger"), opts.get("maxtriggerdelay")
+    min_rows = _int("minRecordsPerTrigger", raw_min, 1) if raw_min else None
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise ConfigError(
+            f"minRecordsPerTrigger={min_rows} must not exceed maxRecordsPerTrigger={max_rows}"
+        )
+    if raw_delay is None:
+        return min_rows, DEFAULT_MAX_TRIGGER_DELAY_S
+    if min_rows is None:
+        raise ConfigError("maxTriggerDelay needs minRecordsPerTrigger (it bounds that wait)")
+    try:
+        return min_rows, spark_duration_seconds("maxTriggerDelay", raw_delay)
+    except ValueError as e:
+        raise ConfigError(f"{e} (got {raw_delay!r})") from None
 
 
 def _int(name: str, value: str, minimum: int) -> int:

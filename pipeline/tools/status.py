@@ -20,7 +20,7 @@ from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
 from pipeline.formats import registry
-from pipeline.formats.base import LastBatch, TableStatus
+from pipeline.formats.base import LastBatch, PipelineTables, TableStatus
 from pipeline.observe.runstate import RunState, read_run_state
 
 PROBE_TIMEOUT_S = 2.0
@@ -36,6 +36,7 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
     _print_journal(cfg, tables, console)
     statuses = fmt.status(tables, cfg.id)
     last = [b for st in statuses if (b := print_table_status(st, cfg.id, console))]
+    print_file_stats(tables, console)
     if not last:
         return
     if len(statuses) == 1:
@@ -44,6 +45,24 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
     committed = tables.main.committed_offsets(cfg.id)
     if committed:
         print_offsets_and_lag(cfg, committed, console, title="committed offsets (both tables)")
+
+
+def print_file_stats(tables: PipelineTables, console: Console) -> None:
+    """Live data files and their average size per table (small files slow readers down:
+    ``ingest compact``, ``maintenance.compaction``)."""
+    for m in tables.maintenance():
+        try:
+            st = m.file_stats()
+        except Exception as e:  # status reports what it can
+            console.print(f"{m.name}: data files unknown ({e})", markup=False, highlight=False)
+            continue
+        if st.files:
+            console.print(
+                f"{st.table}: {st.files:,} live data files, average "
+                f"{st.average_bytes / 2**20:,.2f} MiB ({st.bytes / 2**20:,.1f} MiB in all)",
+                markup=False,
+                highlight=False,
+            )
 
 
 def print_table_status(st: TableStatus, pipeline_id: str, console: Console) -> LastBatch | None:

@@ -228,7 +228,13 @@ def test_happy_path_commits_each_batch_once_and_purges_the_journal(env: Env) -> 
 
 # mid-write is worker-side, during-rollback has its own tests, between-table-commits only
 # exists with two main tables (tests/test_dual_pipeline.py)
-OTHER_POINTS = {"mid-write", "during-rollback", "between-table-commits"}
+OTHER_POINTS = {
+    "mid-write",
+    "during-rollback",
+    "between-table-commits",
+    "compaction-after-write",  # background maintenance: tests/test_*_maintenance.py
+    "compaction-after-commit",
+}
 DRIVER_CRASH_POINTS = [p for p in POINTS if p not in OTHER_POINTS]
 
 # point -> (recovery action on the crashed instant, replay outcome, final state, writes)

@@ -9,13 +9,18 @@ import random
 from pipeline.formats.hudi.timeline import HudiInstant, _parse_instant, _Timeline
 
 
+def _states(instants: list[HudiInstant], action: str) -> tuple[list[str], list[str]]:
+    """(completed times ascending, pending times ascending) of ``action``."""
+    of_action = [i for i in instants if i.action == action]
+    completed = {i.time for i in of_action if i.state == "completed"}
+    return sorted(completed), sorted({i.time for i in of_action} - completed)
+
+
 def _full_parse(names: list[str]) -> tuple[list[HudiInstant], list[str], list[str], str | None]:
     instants = sorted(i for i in map(_parse_instant, names) if i is not None)
-    commits = [i for i in instants if i.action == "commit"]
-    completed = {i.time for i in commits if i.state == "completed"}
-    pending = sorted({i.time for i in commits} - completed)
+    completed, pending = _states(instants, "commit")
     latest = max((i.time for i in instants), default=None)
-    return instants, sorted(completed, reverse=True), pending, latest
+    return instants, completed[::-1], pending, latest
 
 
 def test_incremental_index_matches_a_full_parse() -> None:
@@ -30,6 +35,9 @@ def test_incremental_index_matches_a_full_parse() -> None:
                 f"{ts}.commit.requested",
                 f"{ts}.clean",
                 f"{ts}.clean.requested",
+                f"{ts}.replacecommit",
+                f"{ts}.replacecommit.inflight",
+                f"{ts}.replacecommit.requested",
                 "hoodie.properties",
                 "archived",
             ]
@@ -46,4 +54,7 @@ def test_incremental_index_matches_a_full_parse() -> None:
         assert timeline.completed[::-1] == completed_desc
         assert sorted(timeline.pending) == pending
         assert timeline.latest() == latest
+        assert (timeline.replaced, sorted(timeline.pending_replace)) == _states(
+            instants, "replacecommit"
+        )
     assert present  # the walk ended with a non-trivial timeline

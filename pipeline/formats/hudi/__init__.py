@@ -18,4 +18,8 @@ docs/hudi.md for why). Modules:
   config like ``IcebergTables``.
 * :mod:`~pipeline.formats.hudi.format`  -- :class:`HudiFormat`, the ``TableFormat``.
 * :mod:`~pipeline.formats.hudi.status`  -- what ``ingest status`` shows for a Hudi table.
+* :mod:`~pipeline.formats.hudi.compaction` -- :class:`HudiMaintenance`: small-file compaction
+  (``replacecommit``; files rewritten by :mod:`~pipeline.formats.hudi.rewrite`), file
+  statistics; :mod:`~pipeline.formats.hudi.orphans` -- orphan cleanup; both over
+  :mod:`~pipeline.formats.hudi.view`, the base files as readers see them.
 """

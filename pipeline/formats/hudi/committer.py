@@ -56,6 +56,7 @@ from pipeline.formats.hudi.layout import (
     commit_name,
     file_tag,
     parse_write_id,
+    replace_names,
     requested_name,
 )
 from pipeline.formats.hudi.schema import HudiTableSpec
@@ -310,15 +311,24 @@ class HudiCommitter:
         trimmed = self.hudi.trimmed_through()
         return trimmed is not None and ts <= trimmed  # trimmed off the timeline, committed
 
+    def _compaction(self, ts: str) -> bool:
+        """``ts`` is a compaction's (replacecommit) instant: never the coordinator's."""
+        meta = self.hudi.paths.meta
+        return any(self.files.stat(f"{meta}/{name}") is not None for name in replace_names(ts))
+
     def delete_files(self, paths: Iterable[str]) -> list[str]:
         deleted = []
+        compactions: dict[str, bool] = {}  # instant -> a compaction's (asked once)
         for path in paths:
             m = BASE_FILE.match(os.path.basename(path))
-            if m is not None and self._completed(m.group("instant")):
+            ts = m.group("instant") if m is not None else None
+            if ts is not None and ts not in compactions:
+                compactions[ts] = self._compaction(ts)
+            if ts is not None and (self._completed(ts) or compactions[ts]):
                 log.error(
-                    "not deleting %s: instant %s is a completed commit of %s",
+                    "not deleting %s: instant %s is a completed commit or a compaction of %s",
                     path,
-                    m.group("instant"),
+                    ts,
                     self.hudi.base,
                 )
                 continue

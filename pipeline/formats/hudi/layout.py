@@ -8,6 +8,7 @@ Layout of a table at ``<base>``::
         <ts>.commit.requested           empty
         <ts>.inflight                   minimal JSON commit metadata
         <ts>.commit                     JSON commit metadata: write stats, schema, checkpoint
+        <ts>.replacecommit[.requested|.inflight]   a compaction (compaction.py)
         .temp/<ts>/<partition>/<file>.marker.CREATE   markers while <ts> is pending
         archived/  .aux/                created empty, as Hudi does
         .ingest/                        ours; Hudi readers never look inside .hoodie/
@@ -97,6 +98,11 @@ def inflight_name(ts: str) -> str:
 
 def commit_name(ts: str) -> str:
     return f"{ts}.commit"
+
+
+def replace_names(ts: str) -> tuple[str, str, str]:
+    """``(requested, inflight, completed)`` file names of replacecommit ``ts``."""
+    return f"{ts}.replacecommit.requested", f"{ts}.replacecommit.inflight", f"{ts}.replacecommit"
 
 
 def parse_write_id(write_id: str) -> tuple[str, str]:

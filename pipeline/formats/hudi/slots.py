@@ -122,10 +122,11 @@ class CommitSlots:
         head = self.head()
         return head.epoch if head is not None else 0
 
-    def fence(self, epoch: int, at_least: int = 0) -> None:
+    def fence(self, epoch: int, at_least: int = 0) -> Slot | None:
         """Record ``epoch`` as the lowest allowed to commit (``FencedError`` when the
-        pipeline is already above it; ``at_least``: an epoch known from elsewhere)."""
-        self._append(epoch, lambda head: Slot(head + 1, "fence", epoch), at_least)
+        pipeline is already above it; ``at_least``: an epoch known from elsewhere).
+        Returns the fence slot taken, None when the head was already at ``epoch``."""
+        return self._append(epoch, lambda head: Slot(head + 1, "fence", epoch), at_least)
 
     def commit(self, epoch: int, instant: str, metadata: bytes, at_least: int = 0) -> Slot:
         """Take the next slot for the commit of ``instant`` and materialize it."""

@@ -14,6 +14,7 @@ def hudi_table_status(committer: HudiCommitter, pipeline_id: str) -> TableStatus
     if not table.exists():
         return TableStatus(name, str(table.base), exists=False)
     commits = table.completed_commits()
+    compactions = table.completed_replacecommits()
     pending = [i for i in table.instants() if i.state != "completed"]
     cp = committer.latest_checkpoint(pipeline_id)
     last = None
@@ -31,7 +32,11 @@ def hudi_table_status(committer: HudiCommitter, pipeline_id: str) -> TableStatus
         name,
         str(table.base),
         exists=True,
-        commits=f"{len(commits)} completed commits, {len(pending)} pending instant files",
+        commits=(
+            f"{len(commits)} completed commits, "
+            + (f"{len(compactions)} compactions, " if compactions else "")
+            + f"{len(pending)} pending instant files"
+        ),
         history="timeline",
         last_batch=last,
     )

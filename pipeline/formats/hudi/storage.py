@@ -82,7 +82,9 @@ class TableFiles(Protocol):
     def delete(self, rel: str) -> bool: ...
     def listdir(self, rel: str) -> list[str] | None: ...
     def files_under(self, rel: str) -> Iterator[str]: ...
+    def stats_under(self, rel: str) -> Iterator[tuple[str, FileStat]]: ...
     def stat(self, rel: str) -> FileStat | None: ...
+    def open_input(self, rel: str) -> Any: ...
     def remove_tree(self, rel: str) -> None: ...
     def open_output(self, rel: str) -> contextlib.AbstractContextManager[Any]: ...
     def sync_dir(self, rel: str) -> None: ...
@@ -149,12 +151,23 @@ class LocalFiles:
             for name in files:
                 yield name if sub == "." else f"{sub}/{name}"
 
+    def stats_under(self, rel: str) -> Iterator[tuple[str, FileStat]]:
+        """``files_under`` with each file's size and mtime (files gone meanwhile skipped)."""
+        for sub in self.files_under(rel):
+            st = self.stat(sub)
+            if st is not None:
+                yield sub, st
+
     def stat(self, rel: str) -> FileStat | None:
         try:
             st = os.stat(self.uri(rel))
         except FileNotFoundError:
             return None
         return FileStat(st.st_size, st.st_mtime)
+
+    def open_input(self, rel: str) -> Any:
+        """A readable, seekable binary file (FileNotFoundError when missing)."""
+        return open(self.uri(rel), "rb")
 
     def remove_tree(self, rel: str) -> None:
         shutil.rmtree(self.uri(rel), ignore_errors=True)
@@ -227,6 +240,11 @@ class S3Files:
         return [i.base_name for i in infos] or None
 
     def files_under(self, rel: str) -> Iterator[str]:
+        for sub, _ in self.stats_under(rel):
+            yield sub
+
+    def stats_under(self, rel: str) -> Iterator[tuple[str, FileStat]]:
+        """Objects below ``rel`` with size and mtime, from the listing itself."""
         root = self._path("")
         sel = pafs.FileSelector(self._path(rel), recursive=True, allow_not_found=True)
         for info in self.fs.get_file_info(sel):
@@ -235,7 +253,8 @@ class S3Files:
             sub = info.path[len(root) + 1 :]
             if not rel and any(d.startswith(".") for d in sub.split("/")[:-1]):
                 continue  # .hoodie/ and other dot-directories
-            yield sub
+            mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+            yield sub, FileStat(int(info.size or 0), mtime)
 
     def stat(self, rel: str) -> FileStat | None:
         info = self.fs.get_file_info(self._path(rel))
@@ -243,6 +262,10 @@ class S3Files:
             return None
         mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
         return FileStat(int(info.size or 0), mtime)
+
+    def open_input(self, rel: str) -> Any:
+        """A readable, seekable object (ranged GETs; FileNotFoundError when missing)."""
+        return self.fs.open_input_file(self._path(rel))
 
     def remove_tree(self, rel: str) -> None:
         for sub in list(self.files_under(rel)):

@@ -17,6 +17,10 @@ carried keys. Before the timeline start moves past an instant time, files of ins
 there that never completed (markers without a completed commit: a zombie's staging after
 a rollback) are deleted -- they would become visible. ``.ingest/trimmed`` records the
 newest trimmed time first, so files of a trimmed commit are never mistaken for debris.
+Completed replacecommits (compactions) at or before the newest trimmed commit leave the
+timeline with it, after the base files of the file groups they replaced are deleted:
+once a replacecommit is gone, readers would read those files again (checked with hudi-rs
+in tests/test_hudi_maintenance.py). A pending replacecommit is never trimmed past.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import json
 import logging
 import os
 import posixpath
-from collections.abc import Iterator, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from pipeline.errors import CommitError, ConfigError
 from pipeline.formats.hudi.layout import (
@@ -48,6 +53,7 @@ from pipeline.formats.hudi.layout import (
     inflight_name,
     parse_properties,
     partition_metadata,
+    replace_names,
     requested_name,
     table_properties,
 )
@@ -59,6 +65,8 @@ from pipeline.formats.hudi.writer import HudiWriteContext
 log = logging.getLogger(__name__)
 
 __all__ = ["HudiTable"]
+
+T = TypeVar("T")
 
 SCHEMA_KEY = "schema"  # extraMetadata key of the Avro schema (Hudi's own)
 _MAX_SCAN = 1000  # completed commits searched for a pipeline's checkpoint / a batch
@@ -77,6 +85,9 @@ class HudiTable:
         self.lock_timeout_s = lock_timeout_s
         self._metadata: dict[str, dict[str, Any]] = {}
         self._listing = _Timeline()  # the last listing of ``.hoodie``, indexed
+        # the index is updated by every read; the driver's background maintenance reads
+        # from another thread than the coordinator's
+        self._listing_lock = threading.Lock()
 
     def locked(self) -> contextlib.AbstractContextManager[str]:
         """Hold the table lock; yields the meta directory to write in."""
@@ -91,23 +102,33 @@ class HudiTable:
 
     # -- reading the timeline ----------------------------------------------------------
 
-    def _timeline(self) -> _Timeline:
-        """The timeline as of one listing of ``.hoodie`` now (empty: no table)."""
+    def _read(self, query: Callable[[_Timeline], T]) -> T:
+        """``query`` over the timeline as of one listing of ``.hoodie`` now (empty: no
+        table); it runs under the index's lock and must return a copy."""
         names = self.files.listdir(self.paths.meta) if self.exists() else None
-        self._listing.update(names or [])
-        return self._listing
+        with self._listing_lock:
+            self._listing.update(names or [])
+            return query(self._listing)
 
     def instants(self) -> list[HudiInstant]:
         """Every instant file in ``.hoodie`` (empty when the table does not exist)."""
-        return self._timeline().instants()
+        return self._read(lambda t: t.instants())
 
     def completed_commits(self) -> list[str]:
-        """Times of completed commits, newest first."""
-        return self._timeline().completed[::-1]
+        """Times of completed commits, newest first (replacecommits not included)."""
+        return self._read(lambda t: t.completed[::-1])
+
+    def completed_replacecommits(self) -> list[str]:
+        """Times of completed replacecommits (compactions), oldest first."""
+        return self._read(lambda t: list(t.replaced))
+
+    def pending_replacecommits(self) -> list[str]:
+        """Replacecommits with requested/inflight files and no completed one, oldest first."""
+        return self._read(lambda t: sorted(t.pending_replace))
 
     def pending_times(self) -> list[str]:
         """Instants with requested/inflight files and no completed commit, oldest first."""
-        return sorted(self._timeline().pending)
+        return self._read(lambda t: sorted(t.pending))
 
     def has_markers(self, ts: str) -> bool:
         """Whether a worker staged (or began staging) a file of ``ts`` in this table."""
@@ -124,14 +145,21 @@ class HudiTable:
         self.files.remove_tree(f"{meta}/{MARKERS_DIR}/{ts}")
 
     def latest_instant_time(self) -> str | None:
-        return self._timeline().latest()
+        return self._read(lambda t: t.latest())
 
     def commit_metadata(self, ts: str) -> dict[str, Any]:
         """The JSON metadata of completed commit ``ts`` (files are immutable: cached)."""
-        cached = self._metadata.get(ts)
+        return self._instant_metadata(commit_name(ts))
+
+    def replace_metadata(self, ts: str) -> dict[str, Any]:
+        """The JSON metadata of completed replacecommit ``ts`` (cached)."""
+        return self._instant_metadata(replace_names(ts)[2])
+
+    def _instant_metadata(self, name: str) -> dict[str, Any]:
+        cached = self._metadata.get(name)
         if cached is not None:
             return cached
-        rel = f"{self.paths.meta}/{commit_name(ts)}"
+        rel = f"{self.paths.meta}/{name}"
         data = self.files.read(rel)
         if data is None:
             raise FileNotFoundError(self.files.uri(rel))
@@ -141,7 +169,7 @@ class HudiTable:
             raise CommitError(f"{path} is not a JSON object")
         if len(self._metadata) > 4 * _MAX_SCAN:
             self._metadata.clear()
-        self._metadata[ts] = doc
+        self._metadata[name] = doc
         return doc
 
     def extra_metadata(self, ts: str) -> dict[str, str]:
@@ -313,30 +341,49 @@ class HudiTable:
 
     def trim_limit(self) -> str | None:
         """Instants at or after this time are never trimmed: the oldest pending commit or
-        instant of another action (None: no such instant)."""
-        timeline = self._timeline()
-        others = [i.time for i in timeline.instants() if i.action != "commit"]
-        stops = [*timeline.pending, *others]
-        return min(stops) if stops else None
+        replacecommit, or instant of another action (None: no such instant)."""
+
+        def stops(t: _Timeline) -> list[str]:
+            others = [i.time for i in t.instants() if i.action not in ("commit", "replacecommit")]
+            return [*t.pending, *t.pending_replace, *others]
+
+        found = self._read(stops)
+        return min(found) if found else None
 
     def trim(self, meta: str, times: Sequence[str]) -> None:
-        """Remove completed commits ``times`` from the active timeline (see the module
-        docstring for the order and what is kept)."""
+        """Remove completed commits ``times`` -- and the completed replacecommits up to the
+        newest of them -- from the active timeline (see the module docstring for the order
+        and what is kept)."""
         if not times:
             return
         through = max(times)
+        replaces = [ts for ts in self.completed_replacecommits() if ts <= through]
+        for ts in replaces:  # before the replacecommit goes: readers would see them again
+            self._delete_replaced(ts)
         self._delete_debris(meta, through)
         self.files.write(TablePaths.own(meta, TRIMMED_RECORD), through.encode())
-        for ts in sorted(times):
-            for name in (requested_name(ts), inflight_name(ts), commit_name(ts)):
+        doomed = [(ts, (requested_name(ts), inflight_name(ts), commit_name(ts))) for ts in times]
+        doomed += [(ts, replace_names(ts)) for ts in replaces]
+        for _, names in sorted(doomed):
+            for name in names:
                 self.files.delete(f"{meta}/{name}")
-            self._metadata.pop(ts, None)
+                self._metadata.pop(name, None)
         self.files.sync_dir(meta)
+
+    def _delete_replaced(self, ts: str) -> None:
+        """Base files of the file groups completed replacecommit ``ts`` replaced."""
+        replaced = self.replace_metadata(ts).get("partitionToReplaceFileIds") or {}
+        for partition, file_ids in replaced.items():
+            ids = set(file_ids or ())
+            for name in self.files.listdir(partition) or []:
+                m = BASE_FILE.match(name)
+                if m is not None and m.group("file_id") in ids:
+                    self.files.delete(f"{partition}/{name}" if partition else name)
 
     def _delete_debris(self, meta: str, through: str) -> None:
         """Files of instants up to ``through`` that never completed, found by their
         markers; they would turn visible once the timeline starts after them."""
-        completed = set(self._timeline().completed)
+        completed = self._read(lambda t: {*t.completed, *t.replaced})
         root = f"{meta}/{MARKERS_DIR}"
         listed = self.files.listdir(root) or []
         for ts in [ts for ts in listed if ts <= through and ts not in completed]:

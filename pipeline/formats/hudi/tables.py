@@ -1,7 +1,8 @@
 """The pipeline's Hudi tables (main + dead-letter) as coordinator commit targets.
 
 Same surface as :class:`pipeline.formats.iceberg.tables.IcebergTables`: ``from_config``, ``main``,
-``dead_letter``, ``data_ddl``, ``timeline(pipeline_id)``, ``task_plan(...)``.
+``dead_letter``, ``data_ddl``, ``timeline(pipeline_id)``, ``task_plan(...)``,
+``maintenance()`` (:class:`~pipeline.formats.hudi.compaction.HudiMaintenance` per table).
 
 The dead-letter table is a second Hudi table (unpartitioned, keyed by the Kafka
 coordinates) at ``sink.hudi.deadLetterBasePath`` (default ``<basePath>_dead_letter``): a
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
@@ -30,6 +32,7 @@ from pipeline.formats.columns import (
     table_columns,
 )
 from pipeline.formats.hudi.committer import HudiCommitter
+from pipeline.formats.hudi.compaction import HudiMaintenance
 from pipeline.formats.hudi.journal import HudiInstantTimeline, HudiJournalStore
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
@@ -107,6 +110,11 @@ class HudiTables:
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
             target_file_size_bytes=sink.target_file_size_bytes,
         )
+
+    def maintenance(self) -> list[TableMaintenance]:
+        """Compaction and orphan cleanup of the main table, then the dead-letter table."""
+        committers = [self.main, *([self.dead_letter] if self.dead_letter else [])]
+        return [HudiMaintenance(c) for c in committers]
 
     def tables(self) -> list[HudiTable]:
         out = [self.main.hudi]

@@ -1,6 +1,11 @@
 """The instant files of a Hudi table's ``.hoodie`` directory: :class:`HudiInstant`, file
 name parsing, and the indexed listing :class:`HudiTable <pipeline.formats.hudi.table.HudiTable>`
-answers timeline queries from."""
+answers timeline queries from.
+
+Two actions are tracked by state: ``commit`` (ingest; ``completed`` / ``pending``) and
+``replacecommit`` (compaction, :mod:`pipeline.formats.hudi.compaction`; ``replaced`` /
+``pending_replace``). Everything that reads checkpoints looks at ``commit`` only, so a
+compaction never hides or shadows a pipeline's checkpoint."""
 
 from __future__ import annotations
 
@@ -43,9 +48,12 @@ class _Timeline:
         self._instants: dict[str, HudiInstant] = {}  # file name -> instant
         self._time_refs: dict[str, int] = {}  # instant time -> its instant files
         self._times: list[str] = []  # distinct instant times, ascending
-        self._commit_states: dict[str, set[str]] = {}  # commit time -> file states
+        # (action, time) -> file states, for the tracked actions
+        self._states: dict[tuple[str, str], set[str]] = {}
         self.completed: list[str] = []  # completed commit times, ascending
         self.pending: set[str] = set()  # commit times without a completed file
+        self.replaced: list[str] = []  # completed replacecommit times, ascending
+        self.pending_replace: set[str] = set()  # replacecommit times without a completed file
 
     def update(self, names: list[str]) -> None:
         if names == self.names:
@@ -72,11 +80,12 @@ class _Timeline:
         self._time_refs[t] = self._time_refs.get(t, 0) + 1
         if self._time_refs[t] == 1:
             bisect.insort(self._times, t)
-        if instant.action == "commit":
-            self._commit_states.setdefault(t, set()).add(instant.state)
+        lists = self._lists(instant.action)
+        if lists is not None:
+            self._states.setdefault((instant.action, t), set()).add(instant.state)
             if instant.state == "completed":
-                bisect.insort(self.completed, t)
-            self._classify(t)
+                bisect.insort(lists[0], t)
+            self._classify(instant.action, t)
 
     def _remove(self, name: str) -> None:
         instant = self._instants.pop(name, None)
@@ -87,18 +96,29 @@ class _Timeline:
         if not self._time_refs[t]:
             del self._time_refs[t]
             del self._times[bisect.bisect_left(self._times, t)]
-        if instant.action == "commit":
-            states = self._commit_states[t]
+        lists = self._lists(instant.action)
+        if lists is not None:
+            states = self._states[(instant.action, t)]
             states.discard(instant.state)
             if not states:
-                del self._commit_states[t]
+                del self._states[(instant.action, t)]
             if instant.state == "completed":
-                del self.completed[bisect.bisect_left(self.completed, t)]
-            self._classify(t)
+                del lists[0][bisect.bisect_left(lists[0], t)]
+            self._classify(instant.action, t)
 
-    def _classify(self, t: str) -> None:
-        states = self._commit_states.get(t)
+    def _lists(self, action: str) -> tuple[list[str], set[str]] | None:
+        """(completed times, pending times) of a tracked action; None: not tracked."""
+        if action == "commit":
+            return self.completed, self.pending
+        if action == "replacecommit":
+            return self.replaced, self.pending_replace
+        return None
+
+    def _classify(self, action: str, t: str) -> None:
+        lists = self._lists(action)
+        assert lists is not None
+        states = self._states.get((action, t))
         if states and "completed" not in states:
-            self.pending.add(t)
+            lists[1].add(t)
         else:
-            self.pending.discard(t)
+            lists[1].discard(t)

@@ -16,6 +16,7 @@ from pyiceberg.table import Table
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import PipelineConfig
 from pipeline.formats.columns import (
@@ -25,6 +26,7 @@ from pipeline.formats.columns import (
     spark_ddl,
     table_columns,
 )
+from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
 from pipeline.formats.iceberg.table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.writer import deserialize_data_file, write_data_files
@@ -181,6 +183,11 @@ class IcebergTables:
             data_ddl=spark_ddl(data_columns(columns)) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
         )
+
+    def maintenance(self) -> list[TableMaintenance]:
+        """Compaction and orphan cleanup of the main table, then the dead-letter table."""
+        committers = [self.main, *([self.dead_letter] if self.dead_letter else [])]
+        return [IcebergMaintenance(c.iceberg, c.properties) for c in committers]
 
     def timeline(self, pipeline_id: str) -> InstantTimeline:
         """The instant journal beside the main table (DESIGN: ``<table>/_ingest/``)."""

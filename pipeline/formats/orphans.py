@@ -1,8 +1,9 @@
 """Orphan cleanup, format-neutral: list a table's data files, keep what is referenced,
 protected or young, delete the rest.
 
-A format supplies the stored data files (:func:`list_data_files` under its data root) and
-the paths its commits reference; :func:`sweep` decides. Paths are compared by
+A format supplies its stored data files (:func:`list_data_files` under its data root, or
+its own listing), what holds a file (referenced by a commit, protected) and how to delete
+one; :func:`sweep` decides and reports. Paths are compared by
 :func:`path_key` (the path inside its file system: ``/abs/path`` for local files, whatever
 the ``file:`` spelling; ``bucket/key`` for ``s3://``, ``s3a://`` and ``s3n://``), so a
 file referenced as ``file:/x`` is never mistaken for an orphan stored at ``/x``.
@@ -11,8 +12,9 @@ file referenced as ``file:/x`` is never mistaken for an orphan stored at ``/x``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
@@ -23,7 +25,7 @@ from pipeline.storage.s3_settings import S3_SCHEMES
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StoredFile", "list_data_files", "path_key", "sweep"]
+__all__ = ["StoredFile", "delete_stored", "list_data_files", "path_key", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -62,48 +64,59 @@ def list_data_files(
     return out
 
 
+class _Dated(Protocol):
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def mtime(self) -> float: ...
+
+
+F = TypeVar("F", bound=_Dated)
+
+
 def sweep(
     table: str,
-    stored: Iterable[StoredFile],
-    referenced: Iterable[str],
-    protected: Iterable[str],
-    properties: Mapping[str, str] | None,
+    files: Iterable[F],
     *,
+    held: Callable[[F], bool],
+    uri: Callable[[F], str],
+    delete: Callable[[F], bool],
     older_than_s: float,
     now: float,
     dry_run: bool = False,
 ) -> OrphanResult:
-    """Delete the ``stored`` files that are neither ``referenced`` nor ``protected`` and
-    were last modified more than ``older_than_s`` before ``now``."""
-    keep = {path_key(p) for p in referenced} | {path_key(p) for p in protected}
+    """Delete the ``files`` that are not ``held`` (referenced or protected) and were last
+    modified more than ``older_than_s`` before ``now``. ``delete(f)``: False when ``f`` is
+    gone already; an exception is reported in the result and retried at the next run (one
+    stuck file must not stop the sweep)."""
     removed: list[str] = []
     errors: list[str] = []
-    removed_bytes = too_young = held = 0
-    for f in stored:
-        if path_key(f.uri) in keep:
-            held += 1
+    removed_bytes = too_young = kept = 0
+    for f in files:
+        if held(f):
+            kept += 1
             continue
         if now - f.mtime < older_than_s:
             too_young += 1
             continue
         if not dry_run:
-            fs, path = filesystem_for(f.uri, properties)
             try:
-                fs.delete_file(path)
-            except FileNotFoundError:
+                if not delete(f):
+                    continue
+            except Exception as e:
+                errors.append(f"{uri(f)}: {e}")
                 continue
-            except OSError as e:
-                errors.append(f"{f.uri}: {e}")
-                continue
-        removed.append(f.uri)
+        removed.append(uri(f))
         removed_bytes += f.size
     if removed:
         log.info(
-            "%s: %s %d orphan data files (%d bytes)",
+            "%s: %s %d orphan data files (%d bytes): %s",
             table,
             "would remove" if dry_run else "removed",
             len(removed),
             removed_bytes,
+            ", ".join(removed[:5]),
         )
     for error in errors:
         log.warning("%s: orphan not removed (retried next run): %s", table, error)
@@ -112,7 +125,21 @@ def sweep(
         removed=tuple(removed),
         removed_bytes=removed_bytes,
         too_young=too_young,
-        referenced=held,
+        referenced=kept,
         dry_run=dry_run,
         errors=tuple(errors),
     )
+
+
+def delete_stored(properties: Mapping[str, str] | None) -> Callable[[StoredFile], bool]:
+    """``delete`` for :func:`sweep` over :func:`list_data_files`' files."""
+
+    def delete(f: StoredFile) -> bool:
+        fs, path = filesystem_for(f.uri, properties)
+        try:
+            fs.delete_file(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    return delete

@@ -19,16 +19,13 @@ younger than any sane safety interval.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 
 from pipeline.commit.maintenance import OrphanResult
-from pipeline.errors import CommitError
 from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.view import TableView
-
-log = logging.getLogger(__name__)
+from pipeline.formats.orphans import sweep
 
 __all__ = ["remove_orphans"]
 
@@ -55,44 +52,13 @@ def remove_orphans(
         return OrphanResult(name, dry_run=dry_run)
     view = TableView.load(table)
     keep = {_relative(table, p) for p in protected}
-    now = time.time() if now is None else now
-    removed: list[str] = []
-    errors: list[str] = []
-    removed_bytes = too_young = held = 0
-    for f in view.files:
-        if f.rel in keep or view.referenced(f):
-            held += 1
-            continue
-        if now - f.mtime < older_than_s:
-            too_young += 1
-            continue
-        uri = table.files.uri(f.rel)
-        if not dry_run:
-            try:
-                if not table.files.delete(f.rel):
-                    continue  # gone meanwhile
-            except (OSError, CommitError) as e:  # CommitError: the S3 store gave up
-                errors.append(f"{uri}: {e}")
-                continue
-        removed.append(uri)
-        removed_bytes += f.size
-    if removed:
-        log.info(
-            "%s: %s %d orphan base files (%d bytes): %s",
-            name,
-            "would remove" if dry_run else "removed",
-            len(removed),
-            removed_bytes,
-            ", ".join(removed[:5]),
-        )
-    for error in errors:
-        log.warning("%s: orphan not removed (retried next run): %s", name, error)
-    return OrphanResult(
+    return sweep(
         name,
-        removed=tuple(removed),
-        removed_bytes=removed_bytes,
-        too_young=too_young,
-        referenced=held,
+        view.files,
+        held=lambda f: f.rel in keep or view.referenced(f),
+        uri=lambda f: table.files.uri(f.rel),
+        delete=lambda f: table.files.delete(f.rel),
+        older_than_s=older_than_s,
+        now=time.time() if now is None else now,
         dry_run=dry_run,
-        errors=tuple(errors),
     )

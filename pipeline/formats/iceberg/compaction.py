@@ -63,7 +63,7 @@ from pipeline.formats.iceberg.writer import (
     deserialize_data_file,
     write_data_files,
 )
-from pipeline.formats.orphans import sweep
+from pipeline.formats.orphans import delete_stored, path_key, sweep
 from pipeline.storage.fs import filesystem_for
 
 log = logging.getLogger(__name__)
@@ -275,12 +275,13 @@ class IcebergMaintenance:
         table = self.iceberg.load()
         if table is None:
             return OrphanResult(self.name, dry_run=dry_run)
+        keep = {path_key(p) for p in referenced_paths(table)} | {path_key(p) for p in protected}
         return sweep(
             self.name,
             stored,
-            referenced_paths(table),
-            protected,
-            self.properties,
+            held=lambda f: path_key(f.uri) in keep,
+            uri=lambda f: f.uri,
+            delete=delete_stored(self.properties),
             older_than_s=older_than_s,
             now=time.time(),
             dry_run=dry_run,

@@ -468,6 +468,15 @@ def drill(
     seed: Annotated[
         int | None, typer.Option(help="--soak: seed of the random faults (default: random)")
     ] = None,
+    files: Annotated[
+        float | None,
+        typer.Option(
+            metavar="MINUTES",
+            help="the file-economy run instead: 1,000 records/s, 1 s trigger, MINUTES with "
+            "background compaction and MINUTES without; live data files, average size and "
+            "ingest verify over time (files-<format>.json / .png)",
+        ),
+    ] = None,
 ) -> None:
     """Failover drills: live producer, the pipeline as a process, injected faults, verify."""
     from pipeline.tools.drill.runner import DrillOptions, run_drills, select
@@ -476,6 +485,8 @@ def drill(
     logging.getLogger().setLevel(logging.WARNING)
     if soak is not None:
         _soak(soak, format_ or [], seed, rate, out_dir, bootstrap, keep_work, work)
+    if files is not None:
+        _files(files, format_ or [], out_dir, bootstrap, keep_work, work)
     if matrix not in ("fast", "full"):
         raise PipelineError(f"--matrix {matrix!r}: allowed: fast, full")
     if storage not in ("local", "s3"):
@@ -503,6 +514,39 @@ def drill(
     raise typer.Exit(0 if all(r.ok for r in results) else 1)
 
 
+def _one_format(flag: str, formats: list[str]) -> Literal["iceberg", "hudi"]:
+    if len(formats) > 1 or formats[:1] not in ([], ["iceberg"], ["hudi"]):
+        raise ConfigError(f"{flag} runs on one format: --format iceberg or hudi, not {formats}")
+    return "hudi" if formats == ["hudi"] else "iceberg"
+
+
+def _files(
+    minutes: float,
+    formats: list[str],
+    out_dir: Path,
+    bootstrap: str | None,
+    keep_work: bool,
+    work: Path | None,
+) -> NoReturn:
+    """``ingest drill --files MINUTES``: pipeline/tools/drill/files.py; exit 0 only if ok."""
+    from pipeline.tools.drill.files import RATE, run_files
+    from pipeline.tools.drill.runner import DrillOptions
+
+    if minutes <= 0:
+        raise ConfigError(f"--files {minutes:g}: minutes must be positive")
+    fmt = _one_format("--files", formats)
+    opts = DrillOptions(
+        out=out_dir.resolve(),
+        kills=0,
+        rate=RATE,
+        bootstrap=bootstrap,
+        keep_work=keep_work,
+        work=work.resolve() if work else None,
+    )
+    report = run_files(minutes, fmt, opts, out)
+    raise typer.Exit(0 if report["ok"] else 1)
+
+
 def _soak(
     minutes: float,
     formats: list[str],
@@ -521,9 +565,7 @@ def _soak(
 
     if minutes <= 0:
         raise ConfigError(f"--soak {minutes:g}: minutes must be positive")
-    if len(formats) > 1 or formats[:1] not in ([], ["iceberg"], ["hudi"]):
-        raise ConfigError(f"--soak runs on one format: --format iceberg or hudi, not {formats}")
-    fmt: Literal["iceberg", "hudi"] = "hudi" if formats == ["hudi"] else "iceberg"
+    fmt = _one_format("--soak", formats)
     opts = DrillOptions(
         out=out_dir.resolve(),
         kills=0,

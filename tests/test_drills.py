@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from pipeline.errors import ConfigError
-from pipeline.tools.drill.model import DrillResult, FaultEvent, Sample
+from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Sample
 from pipeline.tools.drill.report import write_json, write_timeline
 from pipeline.tools.drill.runner import DrillOptions, run_drills, select
 
@@ -94,6 +94,122 @@ def test_report_json_and_png_from_a_result(tmp_path: Path) -> None:
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_kill_and_zombie_drills_run_with_background_compaction(tmp_path: Path) -> None:
+    from pipeline.commit.faults import POINTS
+    from pipeline.config import parse_config
+    from pipeline.tools.drill.harness import drill_config
+    from pipeline.tools.drill.scenarios import DUAL_KILL_POINTS, KILL_POINTS
+
+    for fmt in ("iceberg", "hudi", "both"):
+        for name in ("kill", "zombie", "checkpoint-deleted", "standby"):
+            spec = DrillSpec(name, fmt)  # type: ignore[arg-type]
+            cfg = parse_config(drill_config(spec, tmp_path, "localhost:9092", "t", None))
+            c = cfg.maintenance.compaction
+            if name in ("kill", "zombie"):
+                assert (c.enabled, c.interval, c.min_input_files) == (True, 5.0, 4)
+                assert c.target_file_size_bytes == 1 << 20
+            else:
+                assert not c.enabled
+    # the compaction points come last, after the ingest chain, in both orders
+    tail = ("compaction-after-write", "compaction-after-commit")
+    assert KILL_POINTS[-2:] == DUAL_KILL_POINTS[-2:] == tail
+    assert [p for p in DUAL_KILL_POINTS if p != "between-table-commits"] == list(KILL_POINTS)
+    assert DUAL_KILL_POINTS.index("between-table-commits") == KILL_POINTS.index("after-commit")
+    assert set(DUAL_KILL_POINTS) <= set(POINTS)
+    assert len(KILL_POINTS) + 1 == len(DUAL_KILL_POINTS) <= 20  # the full matrix hits all
+
+
+def test_compaction_commits_are_named_per_table_and_counted() -> None:
+    """The drill names each table's compaction commits (``TableMaintenance
+    .compaction_commits``, tested per format in tests/test_*_maintenance.py) and counts
+    them per table in its note."""
+    from types import SimpleNamespace
+
+    from pipeline.tools.drill.compactions import compaction_commits, compaction_note
+
+    def table(name: str, commits: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(name=name, compaction_commits=lambda: commits)
+
+    tables = SimpleNamespace(
+        maintenance=lambda: [
+            table("table db.events", ["2"]),
+            table("table db.events_dead_letter", []),
+            table("Hudi table db.events", ["t1", "t2"]),
+        ]
+    )
+    seen = compaction_commits(tables)
+    assert seen == {"table db.events@2", "Hudi table db.events@t1", "Hudi table db.events@t2"}
+    assert compaction_note(seen) == (
+        "3 compaction commit(s) during the drill (Hudi table db.events: 2, table db.events: 1)"
+    )
+    assert compaction_note(set()) == "0 compaction commit(s) during the drill"
+
+
+def test_file_economy_summary_and_plot(tmp_path: Path) -> None:
+    from pipeline.tools.drill.files import (
+        Checkpoint,
+        checkpoint_from_report,
+        economy,
+        table_summary,
+    )
+    from pipeline.tools.drill.report import write_files_png
+
+    def samples(curve: list[tuple[int, int]]) -> list[dict]:
+        return [
+            {"t": 5.0 * i, "produced": 0, "tables": {"main": [f, b], "dl": [0, 0]}}
+            for i, (f, b) in enumerate(curve)
+        ]
+
+    on = samples([(10, 1000), (2, 2000), (12, 3000), (2, 4000)])
+    off = samples([(10, 1000), (20, 2000), (30, 3000), (40, 4000)])
+    s_on = table_summary(on, "main")
+    assert s_on == {
+        "samples": 4,
+        "max_files": 12,
+        "mean_files": 6.5,
+        "final_files": 2,
+        "final_bytes": 4000,
+        "final_average_bytes": 2000,
+        "mean_average_bytes": round((100 + 1000 + 250 + 2000) / 4),
+        "last_half_mean_average_bytes": round((250 + 2000) / 2),  # t >= 7.5 s
+    }
+    assert table_summary(on, "dl") == {"samples": 0}  # no files yet: no average
+    s_off = table_summary(off, "main")
+    assert s_off["final_average_bytes"] == 100 and s_off["max_files"] == 40
+    eco = economy(s_on, s_off)
+    assert eco["files_bound"] == 12 and eco["baseline_final_files"] == 40
+    assert eco["final_average_ratio"] == 20.0
+    assert eco["last_half_mean_average_ratio"] == round(1125 / 100, 1)
+    doc = {
+        "ok": True,
+        "complete": True,
+        "reports": [
+            {"verdict": "EXACTLY ONCE", "totals": {"expected": 5, "missing": 0, "samples": {}}},
+            {"verdict": "EXACTLY ONCE", "totals": {"expected": 3, "missing": 0}},
+        ],
+    }
+    cp = checkpoint_from_report(doc, Checkpoint(t=120.0))
+    assert (cp.ok, cp.complete, cp.totals) == (True, True, {"expected": 8, "missing": 0})
+    report = {
+        "format": "iceberg",
+        "rate": 1000.0,
+        "minutes": 0.3,
+        "economy": eco,
+        "runs": {
+            label: {
+                "samples": smp,
+                "tables": {"main": {}, "dl": {}},
+                "main_table": "main",
+                "checkpoints": [{"t": 10.0, "ok": True, "complete": label == "files"}],
+            }
+            for label, smp in (("files", on), ("files-baseline", off))
+        },
+    }
+    png = write_files_png(report, tmp_path / "files.png")
+    assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+    assert write_files_png({"runs": {}}, tmp_path / "none.png") is None
+
+
 @pytest.mark.timeout(1200)
 def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
     report = _run(tmp_path, "fast", [], kills=2)
@@ -106,6 +222,7 @@ def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
         assert d["samples"] and d["events"]
     assert kill["restarts"] == 2  # after each kill, one restart
     assert kill["faults"] == 2
+    assert kill["compactions"] >= 1 and ckpt["compactions"] is None  # background compaction
     assert kill["rollbacks"] >= 1  # after-write left an instant that was rolled back
     assert kill["recover_median_s"] is not None and kill["recover_max_s"] > 0
     assert any(e["kind"] == "checkpoint-deleted" for e in ckpt["events"])
@@ -131,8 +248,12 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     kills = {d["table_format"]: d for d in ran if d["scenario"] == "kill"}
     assert set(kills) == {"iceberg", "hudi", "both"}
     assert {d["table_format"] for d in ran if d["scenario"] == "zombie"} == {"iceberg", "hudi"}
+    # kill and zombie drills ran with background compaction, and it committed
+    assert all(d["compactions"] for d in ran if d["scenario"] in ("kill", "zombie"))
     for d in kills.values():
         assert d["faults"] >= 20 and d["restarts"] >= 20
+        kinds = {e["detail"] for e in d["events"] if e["kind"] == "kill"}
+        assert {"compaction-after-write", "compaction-after-commit"} <= kinds, kinds
         assert d["recover_median_s"] is not None
         # after-precommit / after-dead-letter-commit leave instants the next runs finish
         assert d["recommits"] >= 1 and d["rollbacks"] >= 1

@@ -155,6 +155,7 @@ def test_compaction_keeps_records_checkpoint_and_dedupe(tmp_path: Path) -> None:
     result = m.compact(POLICY)
     assert result.commit is not None and result.attempts == 1
     assert (result.rewritten_files, result.written_files) == (15, 3)
+    assert m.compaction_commits() == [result.commit]
     assert snapshot(base) == before  # same rows, meta columns (commit time, seqno) kept
     assert m.file_stats().files == 3
     assert m.file_stats().bytes == result.written_bytes

@@ -92,6 +92,7 @@ def test_compaction_rewrites_small_files_and_changes_nothing_else(catalogs: Any)
     assert snap.summary is not None and snap.summary.operation.value == "replace"
     summary = snap.summary.additional_properties
     assert summary.get(COMPACTION_KEY) == "true" and PIPELINE_ID_KEY not in summary
+    assert maintenance(sink).compaction_commits() == [str(snap.snapshot_id)]
     after_rows, after_cp = state(sink)
     assert after_rows.equals(before_rows)
     assert after_cp == before_cp

@@ -134,6 +134,11 @@ class TableMaintenance(Protocol):
         that wrote them); ``on_step("committed")``: the commit landed (fault points)."""
         ...
 
+    def compaction_commits(self) -> list[str]:
+        """Ids of the compaction commits the table still knows (Iceberg: snapshots in the
+        metadata; Hudi: completed replacecommits on the active timeline), oldest first."""
+        ...
+
     def remove_orphans(
         self, older_than_s: float, protected: Iterable[str] = (), *, dry_run: bool = False
     ) -> OrphanResult:

@@ -127,6 +127,9 @@ class HudiMaintenance:
     def name(self) -> str:
         return f"Hudi table {self.hudi.spec.database}.{self.hudi.spec.name}"
 
+    def compaction_commits(self) -> list[str]:
+        return self.hudi.completed_replacecommits() if self.hudi.exists() else []
+
     def file_stats(self) -> FileStats:
         if not self.hudi.exists():
             return FileStats(self.name, 0, 0)

@@ -133,6 +133,17 @@ class IcebergMaintenance:
         files = live_data_files(table) if table is not None else []
         return FileStats(self.name, len(files), sum(int(f.file_size_in_bytes) for f in files))
 
+    def compaction_commits(self) -> list[str]:
+        table = self.iceberg.load()
+        if table is None:
+            return []
+        snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+        return [
+            str(s.snapshot_id)
+            for s in snapshots
+            if s.summary is not None and s.summary.get(COMPACTION_KEY) == "true"
+        ]
+
     # -- compaction ----------------------------------------------------------------------
 
     def compact(

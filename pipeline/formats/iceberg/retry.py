@@ -112,7 +112,10 @@ def with_retries(
                 catalog_retry_s,
             )
             return
-        log.warning(
+        # one lost race is routine (a compaction or another commit moved main): INFO;
+        # a run of them says something is wrong
+        log.log(
+            logging.INFO if state.attempt_number < 3 else logging.WARNING,
             "%s to %s: attempt %d failed (%s); retrying",
             what,
             table,

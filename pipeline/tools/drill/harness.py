@@ -12,7 +12,9 @@
   (``cluster_spark``) and their executors in JVMs of their own.
 * ``Rig`` — ties them together and samples the table's committed offsets every
   ``SAMPLE_S`` seconds; the first increase after a (re)start closes that start's
-  ``Recovery`` (time to recover = start → first new commit).
+  ``Recovery`` (time to recover = start → first new commit). With background compaction
+  on (the kill and zombie drills: ``compactions.DRILL_COMPACTION``) it also collects the
+  tables' compaction commits every ``compactions.SAMPLE_S`` seconds.
 
 Invariant: the rig never reads from Kafka to decide what was produced — only the
 producer's delivery reports count.
@@ -39,6 +41,7 @@ from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.errors import PipelineError
 from pipeline.tools.cluster import StandaloneCluster
+from pipeline.tools.drill import compactions
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Recovery, Sample
 from pipeline.tools.objectstore import S3Server
 
@@ -86,9 +89,18 @@ class DrillBroker:
 class RateProducer:
     """Writes generated events at ``rate``/s until stopped; remembers acknowledged offsets."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float, seed: int):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        rate: float,
+        seed: int,
+        conf: dict[str, str] | None = None,
+    ):
         self.bootstrap, self.topic, self.partitions, self.rate = bootstrap, topic, partitions, rate
         self.seed = seed
+        self.conf = dict(conf or {})  # librdkafka settings over the defaults below
         self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -142,6 +154,7 @@ class RateProducer:
                 "linger.ms": "5",
                 "client.id": "drill-producer",
                 "log_level": "2",  # broker outages are the point: no connection-refused spam
+                **self.conf,
             }
         )
 
@@ -273,7 +286,8 @@ def drill_config(
 ) -> dict[str, Any]:
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
     ``master``: a standalone cluster's URL (else local[2,4]); ``s3``: tables in a new
-    bucket of that server."""
+    bucket of that server. The kill and zombie drills run with background compaction
+    (:data:`compactions.DRILL_COMPACTION`)."""
     from pipeline.tools.generator import event_schema_fields
 
     sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}
@@ -291,7 +305,7 @@ def drill_config(
                 "properties": {**sink["catalog"].get("properties", {}), **s3.properties()},
             }
         sink["partitionBy"] = ["day(ts)"]
-    return {
+    config: dict[str, Any] = {
         "id": f"drill-{spec.scenario}",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
         "decode": {"format": "json", "schema": event_schema_fields()},
@@ -302,6 +316,9 @@ def drill_config(
         "spark": {"master": "local[2,4]"} if master is None else cluster_spark(master, workdir),
         "metrics": {"enabled": True, "port": 0},
     }
+    if spec.scenario in compactions.COMPACTION_SCENARIOS:
+        config["maintenance"] = {"compaction": dict(compactions.DRILL_COMPACTION)}
+    return config
 
 
 def cluster_spark(master: str, workdir: Path) -> dict[str, Any]:
@@ -335,8 +352,14 @@ class Rig:
         bootstrap: str | None = None,
         catalog: dict[str, Any] | None = None,
         on_status: Callable[[str], None] | None = None,
+        overrides: dict[str, Any] | None = None,
+        producer_conf: dict[str, str] | None = None,
     ) -> None:
+        """``overrides``: top-level config sections replacing the drill's (e.g.
+        ``maintenance``); ``producer_conf``: librdkafka settings of the rate producer."""
         self.spec = spec
+        self.overrides = dict(overrides or {})
+        self.producer_conf = producer_conf
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.on_status = on_status or (lambda s: None)
@@ -384,11 +407,17 @@ class Rig:
             self.cluster.master_url if self.cluster is not None else None,
             self.s3,
         )
+        self.config_dict.update(self.overrides)
         self.config_path = workdir / "pipeline.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config_dict))
         self.cfg: PipelineConfig = parse_config(self.config_dict)
         self.producer = RateProducer(
-            self.broker.bootstrap_servers, self.topic, spec.partitions, spec.rate, seed=7
+            self.broker.bootstrap_servers,
+            self.topic,
+            spec.partitions,
+            spec.rate,
+            seed=7,
+            conf=self.producer_conf,
         )
         self.drivers: list[DriverProcess] = []
         self.extra: dict[str, Any] = {}  # scenario resources (e.g. a private PostgreSQL)
@@ -396,6 +425,9 @@ class Rig:
         self.committed = 0
         self.commit_count = 0  # increases of the committed offsets seen by the sampler
         self._tables: Any = None
+        # compaction commits seen in the tables (union: expiry and trimming drop old ones)
+        self.compactions: set[str] = set()
+        self._compactions_at = 0.0
         self._stop = threading.Event()
         # samples (the loop's, a restart's) and fresh reads never interleave
         self._sample_lock = threading.RLock()
@@ -495,10 +527,37 @@ class Rig:
         off = self.tables().main.committed_offsets(self.cfg.id)
         return dict(off or {})
 
+    @property
+    def compaction_enabled(self) -> bool:
+        return self.cfg.maintenance.compaction.enabled
+
     def _sample_loop(self) -> None:
         while not self._stop.wait(SAMPLE_S):
             with self._sample_lock:
                 self._sample()
+                if self.compaction_enabled and self.now() >= self._compactions_at:
+                    self._compactions_at = self.now() + compactions.SAMPLE_S
+                    self.sample_compactions()
+
+    def sample_compactions(self) -> int:
+        """Add the compaction commits the tables hold now; the number seen so far."""
+        with self._sample_lock:
+            try:
+                self.compactions |= compactions.compaction_commits(self.tables())
+            except Exception:  # catalog down or table mid-creation: the next sample
+                self._tables = None
+            return len(self.compactions)
+
+    def await_compaction(self, timeout: float = 120.0) -> None:
+        """With compaction on: wait (bounded) until a compaction commit was seen, so a
+        short drill does not end before the drivers' first one. A drill that saw none
+        fails in :meth:`count_outcomes`."""
+        if not self.compaction_enabled:
+            return
+        with contextlib.suppress(DrillTimeout):
+            self.wait_until(
+                lambda: bool(self.compactions), timeout, "for a background compaction commit"
+            )
 
     def _sample(self, fresh: bool = False) -> None:
         """One sample: the committed count now; a rise is a commit (and ends any pending
@@ -562,6 +621,16 @@ class Rig:
 
     # -- final accounting -------------------------------------------------------------
     def count_outcomes(self) -> None:
+        if self.compaction_enabled:
+            self.sample_compactions()
+            self.result.compactions = len(self.compactions)
+            self.result.notes.append(compactions.compaction_note(self.compactions))
+            if not self.compactions:
+                self.result.problems.append(
+                    "background compaction was on but the tables got no compaction commit: "
+                    "the drill proves nothing about compaction (driver logs: 'background "
+                    "maintenance not started' / 'background compaction failed'?)"
+                )
         # Recovery logs each recommit before committing, so an instant whose recommit was
         # itself killed (the next run finishes it) still counts once; batch log lines
         # alone undercount kill drills.

@@ -89,6 +89,7 @@ class DrillResult:
     lost: int = 0  # skipped on purpose (retention, failOnDataLoss=false) and recorded
     recommits: int = 0
     rollbacks: int = 0
+    compactions: int | None = None  # compaction commits seen (None: compaction was off)
     recover_s: list[float] = field(default_factory=list)
     duration_s: float = 0.0
     verifier: str = ""  # which check produced missing/duplicated

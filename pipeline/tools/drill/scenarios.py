@@ -28,7 +28,10 @@ from pipeline.tools.drill.harness import DrillTimeout, DriverProcess, Rig, SkipD
 # Driver fault points in the order that exercises every recovery path: the run after
 # after-requested/after-write rolls back, during-rollback dies inside that rollback,
 # after-precommit/after-dead-letter-commit are recommitted, after-commit-before-checkpoint
-# is replayed and skipped (tests/test_recovery_spark.py CHAIN).
+# is replayed and skipped (tests/test_recovery_spark.py CHAIN). Then the background
+# compaction's (the drill runs with it on, compactions.DRILL_COMPACTION): killed with its
+# files written but not committed (orphans; the table unchanged), then right after its
+# commit (the replaced files stay until expiry); the next driver must carry on exactly.
 KILL_POINTS = (
     "after-requested",
     "after-write",
@@ -37,9 +40,23 @@ KILL_POINTS = (
     "after-dead-letter-commit",
     "after-commit",
     "after-commit-before-checkpoint",
+    "compaction-after-write",
+    "compaction-after-commit",
 )
-# the both table format: the Iceberg table committed, the Hudi table not yet (rolled forward)
-DUAL_KILL_POINTS = (*KILL_POINTS[:-2], "between-table-commits", *KILL_POINTS[-2:])
+# the both table format: also between-table-commits (the Iceberg table committed, the Hudi
+# table not yet: rolled forward)
+DUAL_KILL_POINTS = (
+    "after-requested",
+    "after-write",
+    "during-rollback",
+    "after-precommit",
+    "after-dead-letter-commit",
+    "between-table-commits",
+    "after-commit",
+    "after-commit-before-checkpoint",
+    "compaction-after-write",
+    "compaction-after-commit",
+)
 # Driver start-up is 15-25 s on an idle 2-core machine and several minutes when other Spark
 # jobs share it: generous limits, so a slow machine is not reported as a broken pipeline.
 POINT_TIMEOUT_S = 360.0  # start-up + a few batches; a point not reached by then is noted
@@ -86,7 +103,8 @@ def _finish(rig: Rig) -> None:
 
 @scenario("kill")
 def kill(rig: Rig) -> None:
-    """SIGKILL the driver at each named fault point, then at random times, ``kills`` times."""
+    """SIGKILL the driver at each named fault point, then at random times, ``kills`` times;
+    background compaction runs throughout (two of the points are its own)."""
     rng = random.Random(rig.spec.kills)
     named = DUAL_KILL_POINTS if rig.spec.table_format == "both" else KILL_POINTS
     points = list(named[: rig.spec.kills])
@@ -118,6 +136,7 @@ def kill(rig: Rig) -> None:
         kills += 1
     rig.start_driver()
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
+    rig.await_compaction()
     _finish(rig)
 
 
@@ -309,7 +328,8 @@ def broker_outage(rig: Rig) -> None:
 
 @scenario("zombie")
 def zombie(rig: Rig) -> None:
-    """A second driver starts while the first runs; the first must be fenced and stop."""
+    """A second driver starts while the first runs; the first must be fenced and stop.
+    Both run background compaction: the fenced one's must stop too."""
     _first_commit(rig)
     first = rig.driver
     assert first is not None
@@ -337,6 +357,7 @@ def zombie(rig: Rig) -> None:
     else:
         rig.result.notes.append(f"old driver: {msg[:160]}")
     rig.wait_commits(2, timeout=COMMIT_TIMEOUT_S)
+    rig.await_compaction()
     _finish(rig)
 
 

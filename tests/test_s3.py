@@ -37,8 +37,10 @@ from pipeline.commit.journal import (
     InstantTimeline,
     encode_entry,
 )
+from pipeline.commit.maintenance import CompactionPolicy
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError
+from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema
 from pipeline.formats.iceberg.table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.tables import IcebergCommitter
@@ -559,6 +561,37 @@ def test_warehouse_on_s3_write_commit_and_file_operations(
     assert fs.get_file_info(path).size == paths[0][1]
     fs2, _ = filesystem_for(paths[0][0], props)
     assert fs2 is fs  # one S3FileSystem per distinct settings
+
+    # compaction and orphan cleanup with the files on S3 (pipeline/formats/iceberg/compaction)
+    sink.commit(
+        write_data_files(sink.write_context("w1"), [rows(500, 300)], 0), checkpoint(1, 500, 800)
+    )
+    maintenance = IcebergMaintenance(sink, committer.properties)
+    before = sorted(table_rows(committer))
+    compacted = maintenance.compact(CompactionPolicy(min_input_files=2))
+    assert compacted.commit is not None and compacted.rewritten_files >= 2
+    assert sorted(table_rows(committer)) == before == list(range(800))
+    zombie = [
+        committer.describe(f)[0]
+        for f in write_data_files(sink.write_context("z"), [rows(900, 5)], 0)
+    ]
+    pending = [
+        committer.describe(f)[0]
+        for f in write_data_files(sink.write_context("p"), [rows(950, 5)], 0)
+    ]
+    young = maintenance.remove_orphans(3600, pending)
+    assert young.removed == () and young.too_young == len(zombie)
+    gone = maintenance.remove_orphans(0, pending)  # no safety interval: every orphan goes
+    assert sorted(gone.removed) == sorted(zombie)
+    assert all(committer.file_size(p) is None for p in zombie)
+    assert all(committer.file_size(p) is not None for p in pending)
+    assert sorted(table_rows(committer)) == before  # nothing referenced was deleted
+
+
+def table_rows(committer: IcebergCommitter) -> list[int]:
+    table = committer.table()
+    assert table is not None
+    return table.scan().to_arrow()["_kafka_offset"].to_pylist()  # type: ignore[no-any-return]
 
 
 def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from pipeline.errors import ConfigError, PipelineError, find_pipeline_error
 
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig
+    from pipeline.tools.drill.runner import DrillOptions
 
 app = typer.Typer(
     add_completion=False,
@@ -514,10 +515,33 @@ def drill(
     raise typer.Exit(0 if all(r.ok for r in results) else 1)
 
 
-def _one_format(flag: str, formats: list[str]) -> Literal["iceberg", "hudi"]:
+def _long_run(
+    flag: str,
+    minutes: float,
+    formats: list[str],
+    rate: float,
+    out_dir: Path,
+    bootstrap: str | None,
+    keep_work: bool,
+    work: Path | None,
+) -> tuple[Literal["iceberg", "hudi"], DrillOptions]:
+    """The format and ``DrillOptions`` of a one-format run of ``flag`` (``--soak``,
+    ``--files``) for ``minutes``."""
+    from pipeline.tools.drill.runner import DrillOptions
+
+    if minutes <= 0:
+        raise ConfigError(f"{flag} {minutes:g}: minutes must be positive")
     if len(formats) > 1 or formats[:1] not in ([], ["iceberg"], ["hudi"]):
         raise ConfigError(f"{flag} runs on one format: --format iceberg or hudi, not {formats}")
-    return "hudi" if formats == ["hudi"] else "iceberg"
+    opts = DrillOptions(
+        out=out_dir.resolve(),
+        kills=0,
+        rate=rate,
+        bootstrap=bootstrap,
+        keep_work=keep_work,
+        work=work.resolve() if work else None,
+    )
+    return ("hudi" if formats == ["hudi"] else "iceberg"), opts
 
 
 def _files(
@@ -530,19 +554,8 @@ def _files(
 ) -> NoReturn:
     """``ingest drill --files MINUTES``: pipeline/tools/drill/files.py; exit 0 only if ok."""
     from pipeline.tools.drill.files import RATE, run_files
-    from pipeline.tools.drill.runner import DrillOptions
 
-    if minutes <= 0:
-        raise ConfigError(f"--files {minutes:g}: minutes must be positive")
-    fmt = _one_format("--files", formats)
-    opts = DrillOptions(
-        out=out_dir.resolve(),
-        kills=0,
-        rate=RATE,
-        bootstrap=bootstrap,
-        keep_work=keep_work,
-        work=work.resolve() if work else None,
-    )
+    fmt, opts = _long_run("--files", minutes, formats, RATE, out_dir, bootstrap, keep_work, work)
     report = run_files(minutes, fmt, opts, out)
     raise typer.Exit(0 if report["ok"] else 1)
 
@@ -560,20 +573,9 @@ def _soak(
     """``ingest drill --soak MINUTES``: pipeline/tools/drill/soak.py; exit 0 only if ok."""
     import random
 
-    from pipeline.tools.drill.runner import DrillOptions
     from pipeline.tools.drill.soak import run_soak
 
-    if minutes <= 0:
-        raise ConfigError(f"--soak {minutes:g}: minutes must be positive")
-    fmt = _one_format("--soak", formats)
-    opts = DrillOptions(
-        out=out_dir.resolve(),
-        kills=0,
-        rate=rate,
-        bootstrap=bootstrap,
-        keep_work=keep_work,
-        work=work.resolve() if work else None,
-    )
+    fmt, opts = _long_run("--soak", minutes, formats, rate, out_dir, bootstrap, keep_work, work)
     seed = random.SystemRandom().randrange(1_000_000) if seed is None else seed
     result, _ = run_soak(minutes, fmt, seed, opts, out)
     raise typer.Exit(0 if result.ok else 1)

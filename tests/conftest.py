@@ -1,4 +1,5 @@
-"""Shared fixtures: a live Kafka broker (resolved per DESIGN.md) and one local SparkSession.
+"""Shared fixtures: real Apache Kafka (one node, and three for broker faults), one local
+SparkSession and a SeaweedFS S3 server.
 
 Helpers the test modules import live in the ``support`` package (``tests/support/``).
 """
@@ -10,13 +11,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker
+from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker, start_cluster
 from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
 
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaTestBroker]:
     yield from resolve_kafka_broker()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3() -> Iterator[KafkaTestBroker]:
+    """Three KRaft nodes, replication factor 3, min.insync.replicas 2: for tests that kill,
+    pause and restart brokers (started only when such a test runs)."""
+    yield from start_cluster(3)
 
 
 @pytest.fixture(scope="session")

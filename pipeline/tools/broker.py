@@ -1,215 +1,234 @@
-"""Embedded Kafka broker: librdkafka's mock cluster driven through ctypes.
+"""A real Apache Kafka cluster on loopback: KRaft nodes as separate JVM processes.
 
-The mock cluster lives inside the librdkafka shared library that ships in the
-confluent-kafka wheel. It listens on real localhost TCP sockets, so any Kafka client in
-any process (including Spark executors) can use :attr:`EmbeddedBroker.bootstrap_servers`.
+Every node is a combined broker and controller (``process.roles=broker,controller``) with a
+static controller quorum of all nodes, started from the ``kafka`` JVM set of the project's
+manifest (``pipeline/tools/jvm.py``). ``num_brokers`` nodes give replication factor
+``min(N, 3)`` and ``min.insync.replicas`` 2 from three nodes on; transactions work on any
+size (their state log is sized to the cluster).
 
-Limits worth knowing (TOOLING.md, "Embedded Kafka broker"): every partition keeps at most
-5 MB / 100k message sets (older data is deleted); the admin API's CreateTopics,
-CreatePartitions and DeleteRecords are not implemented (use the methods here); read_committed
-isolation and timestamp look-ups are not implemented.
+Each node listens on three loopback ports: PLAINTEXT (clients and inter-broker),
+SASL_PLAINTEXT with SCRAM-SHA-256/512 (users added by :meth:`KafkaCluster.add_scram_user`)
+and its controller port. The cluster owns its data directory (a temporary one unless
+given) and deletes it on :meth:`stop` only when it created it.
 
-The mock API is experimental in librdkafka and not ABI-stable, so every symbol is looked
-up and declared explicitly here; optional ones are checked for with ``hasattr``.
+Faults are real: :meth:`kill` (SIGKILL), :meth:`pause` / :meth:`resume` (SIGSTOP /
+SIGCONT), :meth:`restart`, and the admin API for records, topics and configs. The broker
+timings are shortened for tests (a dead broker is noticed in ~4 s, retention and the log
+cleaner look every second); they change when faults show, never what Kafka guarantees.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
 import os
+import shutil
 import signal
+import socket
+import subprocess
+import tempfile
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialUpsertion,
+)
 
-__all__ = [
-    "EmbeddedBroker",
-    "MockRequest",
-    "librdkafka_path",
-    "run_broker_forever",
-]
+from pipeline.errors import EnvironmentProblem
+from pipeline.tools import jvm
 
-_RD_KAFKA_PRODUCER = 0
-_RD_KAFKA_CONF_OK = 0
-_ERRSTR_SIZE = 512
+__all__ = ["KAFKA_VERSION", "KafkaCluster", "run_broker_forever"]
 
-_lib_lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
-
-
-def librdkafka_path() -> str:
-    """Path of the librdkafka shared library bundled with the installed confluent-kafka.
-
-    Linux wheels keep it in ``site-packages/confluent_kafka.libs/librdkafka-<hash>.so.1``;
-    macOS wheels in ``confluent_kafka/.dylibs/``. Using that exact file (rather than a
-    system librdkafka) means ctypes shares the copy ``confluent_kafka.cimpl`` already loaded.
-    """
-    pkg_dir = os.path.dirname(os.path.abspath(confluent_kafka.__file__))
-    site_dir = os.path.dirname(pkg_dir)
-    patterns = [
-        os.path.join(site_dir, "confluent_kafka.libs", "librdkafka*.so*"),
-        os.path.join(pkg_dir, ".dylibs", "librdkafka*.dylib"),
-        os.path.join(site_dir, "confluent_kafka.libs", "librdkafka*.dylib"),
-        os.path.join(pkg_dir, "librdkafka*.dll"),
-    ]
-    for pattern in patterns:
-        found = sorted(glob.glob(pattern))
-        if found:
-            return found[0]
-    raise RuntimeError(
-        f"librdkafka shared library not found next to confluent_kafka ({pkg_dir}); "
-        "the embedded broker needs the library shipped in the confluent-kafka wheel"
-    )
+_READY_TIMEOUT_S = 60.0
+_ADMIN_TIMEOUT_S = 30.0
+_LOG4J2 = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = out
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+logger.state.name = state.change.logger
+logger.state.level = ERROR
+"""
 
 
-def _declare(lib: ctypes.CDLL, name: str, restype: Any, argtypes: list[Any]) -> None:
-    func = getattr(lib, name)
-    func.restype = restype
-    func.argtypes = argtypes
+def _kafka_version() -> str:
+    for coords in jvm.manifest_sets().get("kafka", []):
+        _group, artifact, version = coords.split(":")
+        if artifact.startswith("kafka_"):
+            return version
+    return "unknown"
 
 
-def _load() -> ctypes.CDLL:
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        lib = ctypes.CDLL(librdkafka_path())
-        vp, cp, i32, i64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int64
-        cint = ctypes.c_int
-        # core API
-        _declare(lib, "rd_kafka_conf_new", vp, [])
-        _declare(lib, "rd_kafka_conf_destroy", None, [vp])
-        _declare(lib, "rd_kafka_conf_set", cint, [vp, cp, cp, cp, ctypes.c_size_t])
-        _declare(lib, "rd_kafka_new", vp, [cint, vp, cp, ctypes.c_size_t])
-        _declare(lib, "rd_kafka_destroy", None, [vp])
-        _declare(lib, "rd_kafka_err2name", cp, [cint])
-        _declare(lib, "rd_kafka_err2str", cp, [cint])
-        # mock cluster API (rdkafka_mock.h)
-        _declare(lib, "rd_kafka_mock_cluster_new", vp, [vp, cint])
-        _declare(lib, "rd_kafka_mock_cluster_destroy", None, [vp])
-        _declare(lib, "rd_kafka_mock_cluster_bootstraps", cp, [vp])
-        _declare(lib, "rd_kafka_mock_topic_create", cint, [vp, cp, cint, cint])
-        _declare(lib, "rd_kafka_mock_broker_set_down", cint, [vp, i32])
-        _declare(lib, "rd_kafka_mock_broker_set_up", cint, [vp, i32])
-        _declare(lib, "rd_kafka_mock_partition_set_leader", cint, [vp, cp, i32, i32])
-        _declare(
-            lib,
-            "rd_kafka_mock_push_request_errors_array",
-            None,
-            [vp, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(cint)],
-        )
-        _declare(lib, "rd_kafka_mock_clear_request_errors", None, [vp, ctypes.c_int16])
-        optional: dict[str, tuple[Any, list[Any]]] = {
-            "rd_kafka_mock_partition_delete_records": (cint, [vp, cp, i32, i64]),
-            "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [vp, i32]),
-            "rd_kafka_mock_topic_delete": (cint, [vp, cp]),
-            "rd_kafka_mock_broker_set_rtt": (cint, [vp, i32, cint]),
-            "rd_kafka_mock_start_request_tracking": (None, [vp]),
-            "rd_kafka_mock_stop_request_tracking": (None, [vp]),
-            "rd_kafka_mock_clear_requests": (None, [vp]),
-            "rd_kafka_mock_get_requests": (
-                ctypes.POINTER(vp),
-                [vp, ctypes.POINTER(ctypes.c_size_t)],
-            ),
-            "rd_kafka_mock_request_id": (i32, [vp]),
-            "rd_kafka_mock_request_api_key": (ctypes.c_int16, [vp]),
-            "rd_kafka_mock_request_timestamp": (i64, [vp]),
-            "rd_kafka_mock_request_destroy_array": (None, [ctypes.POINTER(vp), ctypes.c_size_t]),
-        }
-        for name, (restype, argtypes) in optional.items():
-            if hasattr(lib, name):
-                _declare(lib, name, restype, argtypes)
-        _lib = lib
-        return lib
+KAFKA_VERSION = _kafka_version()
 
 
-def _err_name(lib: ctypes.CDLL, err: int) -> str:
-    raw = lib.rd_kafka_err2name(err)
-    return raw.decode() if raw else f"error {err}"
+class BrokerStartError(EnvironmentProblem):
+    """A Kafka node did not start (Java missing, a port taken, a bad setting)."""
 
 
-@dataclass(frozen=True)
-class MockRequest:
-    """One protocol request received by the mock cluster (request tracking)."""
+@dataclass
+class _Node:
+    node_id: int
+    port: int
+    sasl_port: int
+    controller_port: int
+    home: Path
+    process: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    log_file: Any = field(default=None, repr=False)
 
-    broker_id: int
-    api_key: int
-    timestamp_us: int
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
-class EmbeddedBroker:
-    """librdkafka mock cluster with ``num_brokers`` brokers (ids ``1..num_brokers``).
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
-    The cluster is owned by a plain ``rd_kafka_t`` producer handle created here and kept
-    alive for the cluster's whole life; :meth:`stop` destroys the cluster, then the handle.
-    """
 
-    def __init__(self, num_brokers: int = 1) -> None:
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Linux: the broker gets SIGKILL when the process that started it dies, so a killed
+    test run or drill never leaves brokers behind."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class KafkaCluster:
+    """``num_brokers`` KRaft nodes (ids ``1..num_brokers``) on loopback ports."""
+
+    def __init__(
+        self,
+        num_brokers: int = 1,
+        *,
+        data_dir: Path | str | None = None,
+        heap_mb: int = 512,
+        broker_config: Mapping[str, str] | None = None,
+    ) -> None:
         if num_brokers < 1:
             raise ValueError("num_brokers must be >= 1")
         self.num_brokers = num_brokers
+        self.replication_factor = min(num_brokers, 3)
+        self.min_insync_replicas = 2 if num_brokers >= 3 else 1
+        self._owns_dir = data_dir is None
+        self._dir = Path(data_dir) if data_dir is not None else None
+        self._heap_mb = heap_mb
+        self._extra = dict(broker_config or {})
+        self._nodes: dict[int, _Node] = {}
         self._lock = threading.RLock()
-        self._lib: ctypes.CDLL | None = None
-        self._rk: int | None = None
-        self._mc: int | None = None
-        self._bootstrap: str | None = None
+        self._admin: AdminClient | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> EmbeddedBroker:
-        """Start the cluster; a no-op when already started."""
+    def start(self) -> KafkaCluster:
+        """Format and start every node; return once all are registered (a no-op when
+        already started). One node is ready in ~4 s on a 2-core host."""
         with self._lock:
-            if self._mc is not None:
+            if self._nodes:
                 return self
-            lib = _load()
-            errstr = ctypes.create_string_buffer(_ERRSTR_SIZE)
-            conf = lib.rd_kafka_conf_new()
-            if not conf:
-                raise RuntimeError("rd_kafka_conf_new failed")
-            settings = {"client.id": "embedded-broker", "log_level": "3"}
-            for key, value in settings.items():
-                rc = lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, _ERRSTR_SIZE)
-                if rc != _RD_KAFKA_CONF_OK:
-                    lib.rd_kafka_conf_destroy(conf)
-                    raise RuntimeError(f"rd_kafka_conf_set({key}) failed: {errstr.value!r}")
-            rk = lib.rd_kafka_new(_RD_KAFKA_PRODUCER, conf, errstr, _ERRSTR_SIZE)
-            if not rk:
-                lib.rd_kafka_conf_destroy(conf)  # rd_kafka_new owns conf only on success
-                raise RuntimeError(f"rd_kafka_new failed: {errstr.value.decode(errors='replace')}")
-            mc = lib.rd_kafka_mock_cluster_new(rk, self.num_brokers)
-            if not mc:
-                lib.rd_kafka_destroy(rk)
-                raise RuntimeError("rd_kafka_mock_cluster_new failed")
-            if hasattr(lib, "rd_kafka_mock_group_initial_rebalance_delay_ms"):
-                lib.rd_kafka_mock_group_initial_rebalance_delay_ms(mc, 0)
-            raw = lib.rd_kafka_mock_cluster_bootstraps(mc)
-            self._lib, self._rk, self._mc = lib, rk, mc
-            self._bootstrap = raw.decode() if raw else ""
+            if self._dir is None:
+                self._dir = Path(tempfile.mkdtemp(prefix="ingest-kafka-"))
+            self._dir.mkdir(parents=True, exist_ok=True)
+            classpath = jvm.classpath("kafka")
+            self._java = _java()
+            nodes = {
+                i: _Node(i, _free_port(), _free_port(), _free_port(), self._dir / f"node-{i}")
+                for i in range(1, self.num_brokers + 1)
+            }
+            voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes.values())
+            cluster_id = _random_cluster_id()
+            formats = []
+            for node in nodes.values():
+                node.home.mkdir(parents=True, exist_ok=True)
+                (node.home / "server.properties").write_text(self._properties(node, voters))
+                (node.home / "log4j2.properties").write_text(_LOG4J2)
+                formats.append(
+                    subprocess.Popen(
+                        [
+                            self._java,
+                            *self._jvm_options(node, heap_mb=128),
+                            "-cp",
+                            classpath,
+                            "kafka.tools.StorageTool",
+                            "format",
+                            "--ignore-formatted",
+                            "-t",
+                            cluster_id,
+                            "-c",
+                            str(node.home / "server.properties"),
+                        ],
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            for proc in formats:
+                out, _ = proc.communicate(timeout=120)
+                if proc.returncode != 0:
+                    detail = _last_line(out.decode(errors="replace"))
+                    raise BrokerStartError(f"formatting Kafka storage failed: {detail}")
+            self._classpath = classpath
+            self._nodes = nodes
+            try:
+                for node in nodes.values():
+                    self._spawn(node)
+                self._await_registered(set(nodes))
+            except BaseException:
+                self.stop()
+                raise
             return self
 
     def stop(self) -> None:
-        """Destroy the cluster and its owning handle; a no-op when not started."""
+        """Stop every node (SIGTERM, then SIGKILL after 15 s) and remove the data
+        directory when the cluster created it; a no-op when not started."""
         with self._lock:
-            lib, rk, mc = self._lib, self._rk, self._mc
-            self._rk = self._mc = None
-            self._bootstrap = None
-            if lib is None:
-                return
-            if mc is not None:
-                lib.rd_kafka_mock_cluster_destroy(mc)
-            if rk is not None:
-                lib.rd_kafka_destroy(rk)
+            nodes, self._nodes = list(self._nodes.values()), {}
+            if self._admin is not None:
+                self._admin = None
+            for node in nodes:
+                if node.process is not None and node.process.poll() is None:
+                    if node.paused:
+                        with contextlib.suppress(ProcessLookupError):
+                            node.process.send_signal(signal.SIGCONT)
+                    node.process.terminate()
+            deadline = time.monotonic() + 15
+            for node in nodes:
+                if node.process is None:
+                    continue
+                try:
+                    node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    node.process.kill()
+                    node.process.wait()
+                if node.log_file is not None:
+                    node.log_file.close()
+            if self._owns_dir and self._dir is not None and nodes:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
 
     @property
     def running(self) -> bool:
-        return self._mc is not None
+        return bool(self._nodes)
 
-    def __enter__(self) -> EmbeddedBroker:
+    def __enter__(self) -> KafkaCluster:
         return self.start()
 
     def __exit__(
@@ -220,170 +239,318 @@ class EmbeddedBroker:
     ) -> None:
         self.stop()
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.stop()
-
-    # ------------------------------------------------------------------ helpers
-    def _cluster(self) -> tuple[ctypes.CDLL, int]:
-        if self._lib is None or self._mc is None:
-            raise RuntimeError("EmbeddedBroker is not started")
-        return self._lib, self._mc
-
-    def _check(self, lib: ctypes.CDLL, err: int, what: str) -> None:
-        if err != 0:
-            detail = lib.rd_kafka_err2str(err)
-            text = detail.decode() if detail else ""
-            raise RuntimeError(f"{what} failed: {_err_name(lib, err)}: {text}")
-
-    def _need(self, lib: ctypes.CDLL, symbol: str) -> None:
-        if not hasattr(lib, symbol):
-            raise NotImplementedError(f"this librdkafka build does not export {symbol}")
-
-    # ------------------------------------------------------------------ API
+    # ------------------------------------------------------------------ addresses
     @property
     def bootstrap_servers(self) -> str:
-        """Comma-separated ``host:port`` list of the mock brokers."""
-        with self._lock:
-            if self._bootstrap is None:
-                raise RuntimeError("EmbeddedBroker is not started")
-            return self._bootstrap
+        """PLAINTEXT ``host:port`` of every node."""
+        return ",".join(n.address for n in self._started().values())
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
-        """Create ``topic`` with ``partitions`` partitions whose replicas are spread over
-        the brokers. Raises ``RuntimeError`` with librdkafka's error name on failure, e.g.
-        ``TOPIC_ALREADY_EXISTS`` for an existing topic: the mock cannot add partitions to a
-        topic (neither here nor through the admin API's CreatePartitions)."""
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """SASL_PLAINTEXT (SCRAM) ``host:port`` of every node."""
+        return ",".join(f"127.0.0.1:{n.sasl_port}" for n in self._started().values())
+
+    @property
+    def data_dir(self) -> Path:
+        if self._dir is None:
+            raise RuntimeError("KafkaCluster is not started")
+        return self._dir
+
+    def node_ids(self) -> list[int]:
+        return sorted(self._started())
+
+    def log_of(self, node_id: int) -> Path:
+        return self._node(node_id).home / "broker.log"
+
+    # ------------------------------------------------------------------ process faults
+    def kill(self, node_id: int) -> None:
+        """SIGKILL node ``node_id`` (no controlled shutdown; its log stays as it was)."""
+        node = self._node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            if node.paused:
+                node.process.send_signal(signal.SIGCONT)
+                node.paused = False
+            node.process.kill()
+            node.process.wait()
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP node ``node_id``: connections stay open and nothing answers."""
+        node = self._node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            node.process.send_signal(signal.SIGSTOP)
+            node.paused = True
+
+    def resume(self, node_id: int) -> None:
+        node = self._node(node_id)
+        if node.process is not None and node.paused:
+            node.process.send_signal(signal.SIGCONT)
+            node.paused = False
+
+    def restart(self, node_id: int, *, wait: bool = True) -> None:
+        """Start a killed (or stopped) node again on its ports and data."""
+        node = self._node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            return
+        self._spawn(node)
+        if wait:
+            self._await_registered({node_id})
+
+    def alive(self, node_id: int) -> bool:
+        node = self._node(node_id)
+        return node.process is not None and node.process.poll() is None and not node.paused
+
+    # ------------------------------------------------------------------ admin
+    def admin(self) -> AdminClient:
         with self._lock:
-            lib, mc = self._cluster()
-            err = lib.rd_kafka_mock_topic_create(mc, topic.encode(), partitions, replication_factor)
-            self._check(lib, err, f"create_topic({topic!r}, {partitions})")
+            if self._admin is None:
+                # log_level 2: refused connections while a node is down are expected here
+                self._admin = AdminClient(
+                    {"bootstrap.servers": self.bootstrap_servers, "log_level": 2}
+                )
+            return self._admin
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int | None = None,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create ``topic`` and return once every partition has a leader. An existing
+        topic raises ``KafkaException`` (TOPIC_ALREADY_EXISTS)."""
+        rf = replication_factor or self.replication_factor
+        new = NewTopic(topic, partitions, rf, config=dict(config or {}))
+        _result(self.admin().create_topics([new], operation_timeout=_ADMIN_TIMEOUT_S)[topic])
+        self._await_topic(topic, lambda t: t is not None and _led(t, partitions))
 
     def delete_topic(self, topic: str) -> None:
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_topic_delete")
-            err = lib.rd_kafka_mock_topic_delete(mc, topic.encode())
-            self._check(lib, err, f"delete_topic({topic!r})")
+        """Delete ``topic`` and return once no broker lists it."""
+        _result(self.admin().delete_topics([topic], operation_timeout=_ADMIN_TIMEOUT_S)[topic])
+        self._await_topic(topic, lambda t: t is None)
 
-    def broker_down(self, broker_id: int) -> None:
-        """Disconnect broker ``broker_id`` (-1: all) and refuse new connections.
-        Leadership does not move (use :meth:`set_partition_leader`)."""
-        with self._lock:
-            lib, mc = self._cluster()
-            self._check(lib, lib.rd_kafka_mock_broker_set_down(mc, broker_id), "broker_down")
-
-    def broker_up(self, broker_id: int) -> None:
-        """Accept connections on broker ``broker_id`` (-1: all) again."""
-        with self._lock:
-            lib, mc = self._cluster()
-            self._check(lib, lib.rd_kafka_mock_broker_set_up(mc, broker_id), "broker_up")
-
-    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
-        """Delay every response of ``broker_id`` (-1: all) by ``rtt_ms``."""
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_broker_set_rtt")
-            err = lib.rd_kafka_mock_broker_set_rtt(mc, broker_id, rtt_ms)
-            self._check(lib, err, "set_broker_rtt")
-
-    def set_partition_leader(self, topic: str, partition: int, broker_id: int) -> None:
-        """Move the leader of ``topic``/``partition`` to ``broker_id`` (-1: leaderless)."""
-        with self._lock:
-            lib, mc = self._cluster()
-            err = lib.rd_kafka_mock_partition_set_leader(mc, topic.encode(), partition, broker_id)
-            self._check(lib, err, f"set_partition_leader({topic!r}, {partition}, {broker_id})")
-
-    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
-        """Make the next ``len(errors)`` requests with ``api_key`` (e.g. 1 = Fetch,
-        0 = Produce, 2 = ListOffsets) fail with these error codes, in order, on any broker.
-        ``-195`` (``_TRANSPORT``) makes the broker drop the connection instead."""
-        with self._lock:
-            lib, mc = self._cluster()
-            arr = (ctypes.c_int * len(errors))(*errors)
-            lib.rd_kafka_mock_push_request_errors_array(mc, api_key, len(errors), arr)
-
-    def clear_request_errors(self, api_key: int) -> None:
-        with self._lock:
-            lib, mc = self._cluster()
-            lib.rd_kafka_mock_clear_request_errors(mc, api_key)
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions (Kafka never shrinks one)."""
+        _result(self.admin().create_partitions([NewPartitions(topic, total)])[topic])
+        self._await_topic(topic, lambda t: t is not None and _led(t, total))
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
-        """Delete the records of ``topic``/``partition`` below ``before_offset`` so the log
-        start offset (low watermark) moves up, as retention would on a real broker.
+        """Move the log start of ``topic``/``partition`` up to ``before_offset``
+        (the admin API's DeleteRecords: what retention does, on demand)."""
+        tp = KTopicPartition(topic, partition, before_offset)
+        _result(next(iter(self.admin().delete_records([tp]).values())))
 
-        Uses ``rd_kafka_mock_partition_delete_records`` (exported by the librdkafka in
-        confluent-kafka 2.16). Builds without it raise ``NotImplementedError``; retention
-        can still be exercised there by producing past the mock's per-partition cap
-        (5 MB / 100k message sets), which deletes the oldest data.
-        ``before_offset`` beyond the high watermark fails with OFFSET_OUT_OF_RANGE.
-        """
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_partition_delete_records")
-            err = lib.rd_kafka_mock_partition_delete_records(
-                mc, topic.encode(), partition, before_offset
-            )
-            self._check(lib, err, f"delete_records({topic!r}, {partition}, {before_offset})")
+    def set_topic_config(self, topic: str, config: Mapping[str, str]) -> None:
+        """Set topic-level configs (``retention.ms``, ``segment.ms`` ...) incrementally."""
+        entries = [
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in config.items()
+        ]
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+        for fut in self.admin().incremental_alter_configs([res]).values():
+            _result(fut)
 
-    # --------------------------------------------------------- request tracking
-    def start_request_tracking(self) -> None:
-        """Record every protocol request the cluster receives (see :meth:`requests`)."""
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_start_request_tracking")
-            lib.rd_kafka_mock_start_request_tracking(mc)
+    def add_scram_user(self, user: str, password: str) -> None:
+        """Create (or update) a SCRAM-SHA-256 and -512 user for the SASL listeners."""
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 4096), password.encode())
+            for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+        ]
+        for fut in self.admin().alter_user_scram_credentials(upserts).values():
+            _result(fut)
 
-    def stop_request_tracking(self) -> None:
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_stop_request_tracking")
-            lib.rd_kafka_mock_stop_request_tracking(mc)
+    def leader(self, topic: str, partition: int) -> int:
+        """Node id leading ``topic``/``partition`` now (-1: none)."""
+        md = self.admin().list_topics(topic, timeout=_ADMIN_TIMEOUT_S)
+        t = md.topics.get(topic)
+        if t is None or partition not in t.partitions:
+            return -1
+        return int(t.partitions[partition].leader)
 
-    def clear_requests(self) -> None:
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_clear_requests")
-            lib.rd_kafka_mock_clear_requests(mc)
+    # ------------------------------------------------------------------ internals
+    def _started(self) -> dict[int, _Node]:
+        if not self._nodes:
+            raise RuntimeError("KafkaCluster is not started")
+        return self._nodes
 
-    def requests(self) -> list[MockRequest]:
-        """Requests received since tracking started (or the last :meth:`clear_requests`).
-        ``api_key`` values: 8 OffsetCommit, 9 OffsetFetch, 10 FindCoordinator, 11 JoinGroup,
-        14 SyncGroup, 12 Heartbeat, 1 Fetch, 2 ListOffsets, 3 Metadata."""
-        with self._lock:
-            lib, mc = self._cluster()
-            self._need(lib, "rd_kafka_mock_get_requests")
-            cnt = ctypes.c_size_t(0)
-            arr = lib.rd_kafka_mock_get_requests(mc, ctypes.byref(cnt))
-            out: list[MockRequest] = []
-            if not arr:
-                return out
-            try:
-                for i in range(cnt.value):
-                    req = arr[i]
-                    out.append(
-                        MockRequest(
-                            broker_id=int(lib.rd_kafka_mock_request_id(req)),
-                            api_key=int(lib.rd_kafka_mock_request_api_key(req)),
-                            timestamp_us=int(lib.rd_kafka_mock_request_timestamp(req)),
-                        )
+    def _node(self, node_id: int) -> _Node:
+        nodes = self._started()
+        if node_id not in nodes:
+            raise ValueError(f"no node {node_id} (nodes: {sorted(nodes)})")
+        return nodes[node_id]
+
+    def _properties(self, node: _Node, voters: str) -> str:
+        rf, isr = self.replication_factor, self.min_insync_replicas
+        jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{node.port},SASL_PLAINTEXT://127.0.0.1:{node.sasl_port},"
+                f"CONTROLLER://127.0.0.1:{node.controller_port}"
+            ),
+            "advertised.listeners": (
+                f"PLAINTEXT://127.0.0.1:{node.port},SASL_PLAINTEXT://127.0.0.1:{node.sasl_port}"
+            ),
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": jaas,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": jaas,
+            "log.dirs": str(node.home / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": str(rf),
+            "min.insync.replicas": str(isr),
+            "offsets.topic.replication.factor": str(rf),
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": str(isr),
+            "transaction.state.log.num.partitions": "5",
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": str(isr),
+            "group.initial.rebalance.delay.ms": "0",
+            "unclean.leader.election.enable": "false",
+            # faults show within seconds, not the production minutes
+            "broker.heartbeat.interval.ms": "1000",
+            "broker.session.timeout.ms": "4000",
+            "log.retention.check.interval.ms": "1000",
+            "log.initial.task.delay.ms": "1000",
+            "log.cleaner.backoff.ms": "1000",
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+            **self._extra,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _jvm_options(self, node: _Node, *, heap_mb: int) -> list[str]:
+        return [
+            f"-Xms{min(heap_mb, 256)}m",
+            f"-Xmx{heap_mb}m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node.home / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={node.home}",
+        ]
+
+    def _spawn(self, node: _Node) -> None:
+        if node.log_file is None:
+            node.log_file = open(node.home / "broker.log", "ab")  # noqa: SIM115 - kept open
+        node.process = subprocess.Popen(
+            [
+                self._java,
+                *self._jvm_options(node, heap_mb=self._heap_mb),
+                "-cp",
+                self._classpath,
+                "kafka.Kafka",
+                str(node.home / "server.properties"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=node.log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,  # Ctrl-C in a terminal reaches the Python parent only
+        )
+        node.paused = False
+
+    def _await_registered(self, ids: set[int]) -> None:
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while True:
+            for i in ids:
+                proc = self._nodes[i].process
+                if proc is not None and proc.poll() is not None:
+                    raise BrokerStartError(
+                        f"Kafka node {i} exited with status {proc.returncode} while starting: "
+                        f"{_last_line(self.log_of(i).read_text(errors='replace'))}"
                     )
-            finally:
-                lib.rd_kafka_mock_request_destroy_array(arr, cnt.value)
-            return out
+            try:
+                up = {
+                    int(n.id)
+                    for n in self.admin().describe_cluster(request_timeout=5).result(5).nodes
+                }
+                if ids <= up:
+                    return
+            except (KafkaException, TimeoutError, Exception):
+                pass
+            if time.monotonic() > deadline:
+                raise BrokerStartError(
+                    f"Kafka nodes {sorted(ids)} not registered within {_READY_TIMEOUT_S:.0f}s "
+                    f"(logs under {self._dir})"
+                )
+            time.sleep(0.2)
+
+    def _await_topic(self, topic: str, done: Callable[[Any], bool]) -> None:
+        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
+        while True:
+            md = self.admin().list_topics(timeout=_ADMIN_TIMEOUT_S)
+            t = md.topics.get(topic)
+            if (
+                t is not None
+                and t.error is not None
+                and t.error.code()
+                in (
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    KafkaError._UNKNOWN_TOPIC,
+                )
+            ):
+                t = None
+            if done(t):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic!r} did not reach the wanted state in time")
+            time.sleep(0.1)
+
+
+def _led(t: Any, partitions: int) -> bool:
+    return (
+        t.error is None
+        and len(t.partitions) >= partitions
+        and all(p.leader >= 0 and p.error is None for p in t.partitions.values())
+    )
+
+
+def _result(fut: Any) -> Any:
+    return fut.result(timeout=_ADMIN_TIMEOUT_S)
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME", "").strip()
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise BrokerStartError(
+            "Java is not installed (Kafka needs Java 17+): apt-get install openjdk-17-jre-headless"
+        )
+    return java
+
+
+def _random_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "ERROR" in ln or "Exception" in ln]
+    return (errors or lines or ["no output"])[-1][:400]
 
 
 def run_broker_forever(
     num_brokers: int,
     topics: dict[str, int],
-    on_ready: Callable[[str], None] | None = None,
+    on_ready: Callable[[KafkaCluster], None] | None = None,
     *,
+    data_dir: Path | None = None,
     stop_event: threading.Event | None = None,
 ) -> None:
-    """Start an :class:`EmbeddedBroker`, create ``topics`` (name -> partitions), call
-    ``on_ready(bootstrap_servers)`` and block until SIGINT/SIGTERM (or ``stop_event`` is
-    set), then stop the cluster. Signal handlers are installed only when called from the
-    main thread and are restored afterwards."""
+    """Start a :class:`KafkaCluster`, create ``topics`` (name -> partitions), call
+    ``on_ready(cluster)`` and block until SIGINT/SIGTERM (or ``stop_event``), then stop
+    the cluster cleanly. Signal handlers are installed only from the main thread and are
+    restored afterwards."""
     stop = stop_event if stop_event is not None else threading.Event()
     previous: dict[signal.Signals, Any] = {}
 
@@ -394,12 +561,11 @@ def run_broker_forever(
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, _handler)
     try:
-        with EmbeddedBroker(num_brokers) as broker:
+        with KafkaCluster(num_brokers, data_dir=data_dir) as cluster:
             for name, partitions in topics.items():
-                broker.create_topic(name, partitions, replication_factor=min(3, num_brokers))
+                cluster.create_topic(name, partitions)
             if on_ready is not None:
-                on_ready(broker.bootstrap_servers)
-            # wait() with a timeout keeps the main thread responsive to signals
+                on_ready(cluster)
             while not stop.wait(0.5):
                 pass
     finally:

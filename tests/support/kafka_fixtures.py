@@ -1,14 +1,17 @@
-"""Kafka broker resolution for tests (DESIGN.md, "Test infrastructure").
+"""Kafka brokers for tests: real Apache Kafka (docs/testing.md, "Kafka").
 
-Not a conftest: ``conftest.py`` wraps :func:`resolve_kafka_broker` in a session fixture::
+Not a conftest: ``conftest.py`` wraps these in session fixtures::
 
     @pytest.fixture(scope="session")
     def kafka_broker() -> Iterator[KafkaTestBroker]:
         yield from resolve_kafka_broker()
 
-Order: ``KAFKA_BOOTSTRAP_SERVERS`` (external cluster) → testcontainers Kafka when a Docker
-engine answers (image overridable with ``KAFKA_TEST_IMAGE``) → the embedded broker
-(librdkafka mock cluster, 3 brokers).
+Order: ``KAFKA_BOOTSTRAP_SERVERS`` (an external cluster: tests that kill or pause brokers
+skip, naming it) → testcontainers Kafka when a Docker engine answers (image overridable
+with ``KAFKA_TEST_IMAGE``) → the project's own KRaft node (``pipeline.tools.broker``),
+the default everywhere here. Tests of broker faults take ``kafka_cluster3``: three nodes
+with replication factor 3 and ``min.insync.replicas`` 2, whose processes they SIGKILL and
+SIGSTOP.
 """
 
 from __future__ import annotations
@@ -16,42 +19,44 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.tools.broker import EmbeddedBroker
+from pipeline.tools.broker import KafkaCluster
 
 __all__ = [
     "KafkaTestBroker",
     "docker_available",
     "resolve_kafka_broker",
+    "start_cluster",
     "unique_topic",
 ]
 
-EMBEDDED_NUM_BROKERS = 3
 _TOPIC_TIMEOUT_S = 30.0
 
 
 @dataclass
 class KafkaTestBroker:
     bootstrap_servers: str
-    kind: str  # "external" | "testcontainers" | "embedded"
-    embedded: EmbeddedBroker | None = None  # fault injection; None for real brokers
+    kind: str  # "external" | "testcontainers" | "apache"
+    cluster: KafkaCluster | None = None  # the project's own nodes: faults on real processes
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def create_topic(
+        self, topic: str, partitions: int, config: Mapping[str, str] | None = None
+    ) -> None:
         """Create ``topic`` and return once every partition has a leader."""
-        if self.embedded is not None:
-            replication = min(3, self.embedded.num_brokers)
-            self.embedded.create_topic(topic, partitions, replication_factor=replication)
+        if self.cluster is not None:
+            self.cluster.create_topic(topic, partitions, config=config)
             return
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
         # replication_factor=-1: the broker's default.replication.factor
         futures = admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=-1)],
+            [NewTopic(topic, partitions, -1, config=dict(config or {}))],
             operation_timeout=_TOPIC_TIMEOUT_S,
             request_timeout=_TOPIC_TIMEOUT_S,
         )
@@ -63,22 +68,19 @@ class KafkaTestBroker:
                 raise
         _wait_for_leaders(admin, topic, partitions)
 
-    def new_topic(self, prefix: str, partitions: int) -> str:
+    def new_topic(
+        self, prefix: str, partitions: int, config: Mapping[str, str] | None = None
+    ) -> str:
         """A topic of ``partitions`` named from ``prefix`` that no other test uses, created."""
         topic = unique_topic(prefix)
-        self.create_topic(topic, partitions)
+        self.create_topic(topic, partitions, config)
         return topic
 
-    @property
-    def supports_transactions_isolation(self) -> bool:
-        """False on the embedded broker: its read_committed consumers still see aborted
-        and open-transaction records."""
-        return self.kind != "embedded"
-
-    @property
-    def supports_timestamp_lookup(self) -> bool:
-        """False on the embedded broker: ``offsets_for_times`` returns -1."""
-        return self.kind != "embedded"
+    def own(self) -> KafkaCluster:
+        """The cluster's processes and admin helpers; skips on an external cluster."""
+        if self.cluster is None:
+            pytest.skip(f"needs the project's own Kafka processes, not the {self.kind} broker")
+        return self.cluster
 
 
 def _wait_for_leaders(admin: AdminClient, topic: str, partitions: int) -> None:
@@ -120,32 +122,31 @@ def _kafka_container(image: str) -> Any:
     return KafkaContainer(image)
 
 
+def start_cluster(num_brokers: int) -> Iterator[KafkaTestBroker]:
+    """The project's own Apache Kafka with ``num_brokers`` KRaft nodes, for one scope."""
+    cluster = KafkaCluster(num_brokers).start()
+    try:
+        yield KafkaTestBroker(cluster.bootstrap_servers, kind="apache", cluster=cluster)
+    finally:
+        cluster.stop()
+
+
 def resolve_kafka_broker() -> Iterator[KafkaTestBroker]:
     """Yield one broker for the test session and tear it down afterwards."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
-        yield KafkaTestBroker(bootstrap_servers=external, kind="external", embedded=None)
+        yield KafkaTestBroker(bootstrap_servers=external, kind="external")
         return
     if docker_available():
-        image = os.environ.get("KAFKA_TEST_IMAGE", "confluentinc/cp-kafka:7.6.0")
+        image = os.environ.get("KAFKA_TEST_IMAGE", "apache/kafka:4.1.1")
         container = _kafka_container(image)
         container.start()
         try:
-            yield KafkaTestBroker(
-                bootstrap_servers=container.get_bootstrap_server(),
-                kind="testcontainers",
-                embedded=None,
-            )
+            yield KafkaTestBroker(container.get_bootstrap_server(), kind="testcontainers")
         finally:
             container.stop()
         return
-    broker = EmbeddedBroker(num_brokers=EMBEDDED_NUM_BROKERS).start()
-    try:
-        yield KafkaTestBroker(
-            bootstrap_servers=broker.bootstrap_servers, kind="embedded", embedded=broker
-        )
-    finally:
-        broker.stop()
+    yield from start_cluster(1)
 
 
 def unique_topic(prefix: str = "t") -> str:

@@ -1,0 +1,172 @@
+"""JVM dependency sets from the project's one manifest (``pipeline/resources/pom.xml``).
+
+Each profile of the manifest is a *set* (``kafka``: the Apache Kafka broker). A set is
+fetched once with Maven (``dependency:copy-dependencies``, runtime scope, transitive) into
+``<jvm home>/<set>-<manifest digest>/`` and used from there: a changed manifest fetches
+again into a new directory, an unchanged one never touches the network. The directory
+appears complete or not at all (fetched into a temporary sibling, then renamed).
+
+The JVM home is ``$INGEST_JVM_DIR``, else ``.jvm/`` of the source checkout the package runs
+from, else ``~/.cache/kafka-lakehouse-ingest/jvm``.
+
+``python -m pipeline.tools.jvm fetch [SET ...]`` fetches (``scripts/bootstrap.sh``);
+``python -m pipeline.tools.jvm classpath SET`` prints the set's class path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from importlib import resources
+from pathlib import Path
+
+from pipeline.errors import EnvironmentProblem
+
+__all__ = ["MANIFEST", "classpath", "fetch", "jvm_home", "manifest_sets", "set_dir"]
+
+MANIFEST = Path(str(resources.files("pipeline") / "resources" / "pom.xml"))
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+_COMPLETE = ".complete"
+_FETCH_TIMEOUT_S = 1800
+
+
+class JvmDependencyError(EnvironmentProblem):
+    """A JVM dependency set could not be fetched (no Maven, no registry, a missing jar)."""
+
+
+def jvm_home() -> Path:
+    configured = os.environ.get("INGEST_JVM_DIR", "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and os.access(checkout, os.W_OK):
+        return checkout / ".jvm"
+    return Path.home() / ".cache" / "kafka-lakehouse-ingest" / "jvm"
+
+
+def manifest_sets() -> dict[str, list[str]]:
+    """Set name -> its artifacts as ``group:artifact:version`` (properties resolved)."""
+    root = ET.parse(MANIFEST).getroot()
+    props = {
+        el.tag.split("}")[1]: (el.text or "").strip()
+        for el in root.findall("m:properties/*", _POM_NS)
+    }
+
+    def text(el: ET.Element, name: str) -> str:
+        raw = (el.findtext(f"m:{name}", default="", namespaces=_POM_NS) or "").strip()
+        return re.sub(r"\$\{([^}]+)\}", lambda m: props.get(m.group(1), m.group(0)), raw)
+
+    out: dict[str, list[str]] = {}
+    for profile in root.findall("m:profiles/m:profile", _POM_NS):
+        deps = profile.findall("m:dependencies/m:dependency", _POM_NS)
+        name = text(profile, "id")
+        out[name] = [
+            f"{text(d, 'groupId')}:{text(d, 'artifactId')}:{text(d, 'version')}" for d in deps
+        ]
+    return out
+
+
+def _digest() -> str:
+    return hashlib.sha256(MANIFEST.read_bytes()).hexdigest()[:12]
+
+
+def set_dir(name: str) -> Path:
+    return jvm_home() / f"{name}-{_digest()}"
+
+
+def fetch(name: str, *, quiet: bool = True) -> Path:
+    """The directory of set ``name``'s jars, fetched with Maven when not there yet."""
+    sets = manifest_sets()
+    if name not in sets:
+        raise JvmDependencyError(
+            f"no JVM dependency set {name!r} in {MANIFEST} (sets: {', '.join(sorted(sets))})"
+        )
+    target = set_dir(name)
+    if (target / _COMPLETE).is_file():
+        return target
+    what = ", ".join(sets[name])
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JvmDependencyError(
+            f"Maven (mvn) is not installed, so the JVM set {name!r} ({what}) cannot be "
+            f"fetched; install Maven (Debian: apt-get install maven) or put the jars in {target}"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    cmd = [
+        mvn,
+        "-B",
+        *(["-q"] if quiet else []),
+        "-f",
+        str(MANIFEST),
+        "-P",
+        name,
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+    ]
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            raise JvmDependencyError(
+                f"could not fetch the JVM set {name!r} ({what}) from Maven Central: "
+                f"{_maven_error(done.stdout + done.stderr)}"
+            )
+        (staging / _COMPLETE).write_text(what + "\n")
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished the same fetch first
+            if not (target / _COMPLETE).is_file():
+                raise
+    except subprocess.TimeoutExpired:
+        raise JvmDependencyError(
+            f"fetching the JVM set {name!r} ({what}) took over {_FETCH_TIMEOUT_S}s; "
+            "is Maven Central reachable?"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _maven_error(output: str) -> str:
+    """The line of Maven's output that says what failed, without its log prefix."""
+    errors = [ln.removeprefix("[ERROR]").strip() for ln in output.splitlines() if "ERROR" in ln]
+    errors = [e for e in errors if e and not e.startswith(("->", "To see", "Re-run", "For more"))]
+    line = errors[0] if errors else (output.strip().splitlines() or ["mvn failed"])[-1]
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
+def classpath(name: str) -> str:
+    """Java class path (``dir/*``) of set ``name``, fetched when needed."""
+    return str(fetch(name) / "*")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in ("fetch", "classpath"):
+        print(
+            "usage: python -m pipeline.tools.jvm fetch [SET ...] | classpath SET", file=sys.stderr
+        )
+        return 2
+    command, names = args[0], args[1:] or sorted(manifest_sets())
+    try:
+        for name in names:
+            where = fetch(name)
+            print(classpath(name) if command == "classpath" else f"jvm: {name} in {where}")
+    except JvmDependencyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

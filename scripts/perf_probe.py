@@ -1,8 +1,10 @@
 """Throughput probe: pipeline (per decode engine / commit mode / cores) vs the raw ceiling.
 
-Pre-produces ``--records`` generated events (≈220 B each) into an embedded broker, then
-runs, interleaved and ``--rounds`` times each (the machine is shared, so only ratios
-measured in the same window mean anything):
+Pre-produces ``--records`` generated events (≈270 B each) into a one-node Apache Kafka
+(``pipeline.tools.broker.KafkaCluster``: KRaft, its own JVM on loopback, sharing this
+host's cores) or into ``--bootstrap`` (an external cluster), then runs, interleaved and
+``--rounds`` times each (the machine is shared, so only ratios measured in the same
+window mean anything):
 
 * ``raw``: one process, one confluent-kafka consumer with explicit assignment, Arrow
   columns, zstd Parquet (the ceiling from shared/TOOLING.md);
@@ -19,6 +21,7 @@ measured in the same window mean anything):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -26,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +82,13 @@ def _raw_ceiling(bootstrap: str, topic: str, partitions: int, out_dir: Path) -> 
     parts: list[int] = []
     while seen < total:
         for m in consumer.consume(10_000, timeout=0.5):
-            if m.error():
+            off, part = m.offset(), m.partition()
+            if m.error() or off is None or part is None:
                 continue
             keys.append(m.key())
             vals.append(m.value())
-            offs.append(m.offset())
-            parts.append(m.partition())
+            offs.append(off)
+            parts.append(part)
             seen += 1
         if len(offs) >= 50_000 or (seen >= total and offs):
             t = pa.table(
@@ -160,6 +165,22 @@ def _pipeline(
     return {"steady": rate, "wall": wall, "batches": len(lines)}
 
 
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, partitions, -1, config={"retention.ms": "-1"})  # -1: its default RF
+    admin.create_topics([new])[topic].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until every partition has a leader
+        t = admin.list_topics(topic, timeout=10).topics.get(topic)
+        parts = t.partitions if t is not None and t.error is None else {}
+        if len(parts) == partitions and all(p.leader >= 0 for p in parts.values()):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"topic {topic}: no leader for every partition after 30 s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--child")
@@ -169,22 +190,28 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--variant", action="append", help="engine:mode:cores")
     ap.add_argument("--no-raw", action="store_true")
+    ap.add_argument("--bootstrap", help="external Kafka; default: a one-node KafkaCluster")
     args = ap.parse_args()
     if args.child:
         _child(args.child)
         return
-    from pipeline.tools.broker import EmbeddedBroker
+    from pipeline.tools.broker import KafkaCluster
     from pipeline.tools.generator import GeneratorSpec, produce
 
     variants = args.variant or ["arrow:exactly-once:2", "spark:exactly-once:2"]
-    broker = EmbeddedBroker().start()
-    topic = "probe"
-    broker.create_topic(topic, args.partitions)
-    bootstrap = broker.bootstrap_servers
-    produce(bootstrap, topic, GeneratorSpec(count=args.records), partitions=args.partitions)
+    broker = KafkaCluster(1).start() if args.bootstrap is None else None
     results: dict[str, list[float]] = {v: [] for v in variants}
     raw: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="perf-probe-") as tmp:
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="perf-probe-") as tmp:
+        topic = f"probe-{uuid.uuid4().hex[:8]}"
+        if broker is not None:
+            stack.callback(broker.stop)
+            broker.create_topic(topic, args.partitions, config={"retention.ms": "-1"})
+            bootstrap = broker.bootstrap_servers
+        else:
+            bootstrap = args.bootstrap
+            _create_topic(bootstrap, topic, args.partitions)
+        produce(bootstrap, topic, GeneratorSpec(count=args.records), partitions=args.partitions)
         for r in range(args.rounds):
             if not args.no_raw:
                 raw.append(_raw_ceiling(bootstrap, topic, args.partitions, Path(tmp)))
@@ -204,7 +231,6 @@ def main() -> None:
                     f"{out['batches']:.0f} batches, wall {out['wall']:.1f}s",
                     flush=True,
                 )
-    broker.stop()
     print("\nmedians (records/s, ratio to raw ceiling):")
     base = statistics.median(raw) if raw else float("nan")
     if raw:

@@ -1,5 +1,5 @@
-"""``ingest bench --quick``: the benchmark harness end to end (live embedded broker, real
-Spark driver processes, real Iceberg/Hudi commits), plus its pure arithmetic.
+"""``ingest bench --quick``: the benchmark harness end to end (its own Apache Kafka node,
+real Spark driver processes, real Iceberg/Hudi commits), plus its pure arithmetic.
 
 The quick preset's numbers are meaningless on a shared 2-core host; what is checked is
 that every section is measured, positive and consistent, that the raw ceiling counted
@@ -18,9 +18,10 @@ import pytest
 from pipeline.cli import main
 from pipeline.tools.bench import stats
 from pipeline.tools.bench.driver import BatchLine
-from pipeline.tools.bench.fixed import fit, steady_window
+from pipeline.tools.bench.fixed import fit, partition_scaling, steady_window
 from pipeline.tools.bench.presets import QUICK
 from pipeline.tools.bench.report import CHARTS
+from pipeline.tools.broker import KAFKA_VERSION
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS = (
@@ -82,6 +83,32 @@ def test_linear_fit_recovers_intercept_and_slope() -> None:
     assert f["intercept_wall_s"] == pytest.approx(0.05) and f["slope_wall_s_per_million"] == 5.0
 
 
+def test_partition_scaling_fits_the_fixed_cost_per_partition() -> None:
+    cells = [
+        {
+            "payload_bytes": 940,
+            "partitions": n,
+            "bytes_per_record": 1_210.0,
+            # 0.1 s + 1 ms per partition of CPU, 0.2 s + 0.5 ms of wall, per batch
+            "fit": {
+                "intercept_cpu_s": 0.1 + 0.001 * n,
+                "intercept_wall_s": 0.2 + 0.0005 * n,
+                "slope_cpu_s_per_million": 20.0,
+            },
+            "marginal_ratio": 1.2,
+        }
+        for n in (128, 8, 32)
+    ]
+    sc = partition_scaling(cells)
+    assert sc["label"] == "~1.2 KB" and sc["partitions"] == [8, 32, 128]
+    assert sc["cpu_s_per_partition"] == pytest.approx(0.001)
+    assert sc["cpu_s_at_zero_partitions"] == pytest.approx(0.1)
+    assert sc["wall_s_per_partition"] == pytest.approx(0.0005)
+    assert sc["wall_s_at_zero_partitions"] == pytest.approx(0.2)
+    one = partition_scaling(cells[:1])  # one partition count: nothing to fit
+    assert one["cpu_s_per_partition"] is None and one["partitions"] == [128]
+
+
 def test_steady_window_skips_the_warm_up() -> None:
     done = [_line(i, 100, 100.0 + i) for i in range(12)]  # one commit a second
     start, window = steady_window(done, warmup_s=2.0, steady_s=5.0) or (None, [])
@@ -121,8 +148,12 @@ def _check_fixed_cost(fixed: dict[str, Any]) -> None:
     """The quick preset's ``fixed_cost`` section: every run measured and counted, the fit
     finite (its values on a shared host are noise; their presence and consistency are not)."""
     assert fixed["batch_sizes"] == list(QUICK.fixed.batches)
-    assert [s["payload_bytes"] for s in fixed["sizes"]] == list(QUICK.fixed.payload_bytes)
+    assert fixed["partitions"] == list(QUICK.fixed.partitions)
+    assert [(s["payload_bytes"], s["partitions"]) for s in fixed["sizes"]] == [
+        (pb, n) for pb in QUICK.fixed.payload_bytes for n in QUICK.fixed.partitions
+    ]
     for size in fixed["sizes"]:
+        assert size["dataset"]["partitions"] == size["partitions"]
         assert size["raw_ceiling"]["records"] == size["dataset"]["records"]
         assert _positive(size["raw_ceiling"]["cpu_seconds_per_million"])
         assert len(size["runs"]) == len(QUICK.fixed.batches)
@@ -136,7 +167,7 @@ def _check_fixed_cost(fixed: dict[str, Any]) -> None:
             for k in ("records_per_s", "mb_per_s", "cpu_seconds_per_million", "records_per_cpu_s"):
                 assert _positive(r[k]), (k, r)
             assert set(r["cpu_seconds_per_million_by_role"]) >= {"driver", "jvm"}
-            assert r["bench_process_cpu_seconds"] >= 0
+            assert r["broker_cpu_seconds"] >= 0  # the bench's own Kafka node: measured
         # the host's bound: all cores busy at the measured CPU per record, broker included
         b = size["cpu_bound"]
         steady = max(size["runs"], key=lambda r: r["max_records_per_trigger"])
@@ -148,7 +179,8 @@ def _check_fixed_cost(fixed: dict[str, Any]) -> None:
         assert size["steady_ratio_to_raw"] == pytest.approx(
             steady["records_per_s"] / raw_rate, rel=0.01
         )
-        assert size["raw_ceiling"]["bench_process_cpu_seconds_per_million"] >= 0
+        assert size["raw_ceiling"]["broker_cpu_seconds_per_million"] > 0
+        assert b["broker_measured"]
         f = size["fit"]
         assert f["points"] == len(size["points"]) and len(f["batch_sizes"]) >= 2
         for k in ("intercept_cpu_s", "slope_cpu_s_per_million"):
@@ -157,6 +189,11 @@ def _check_fixed_cost(fixed: dict[str, Any]) -> None:
             assert isinstance(f[k], float) and math.isfinite(f[k]), (k, f)
         assert math.isfinite(size["marginal_ratio"])
         assert set(size["within_target"]) >= {"intercept_cpu_s", "marginal_ratio"}
+    (scaling,) = fixed["partition_scaling"]  # one record size in the quick preset
+    assert scaling["partitions"] == list(QUICK.fixed.partitions)
+    assert scaling["intercept_cpu_s"] == [s["fit"]["intercept_cpu_s"] for s in fixed["sizes"]]
+    for k in ("cpu_s_per_partition", "wall_s_per_partition", "cpu_s_at_zero_partitions"):
+        assert isinstance(scaling[k], float) and math.isfinite(scaling[k]), (k, scaling)
 
 
 # ~90 s on a quiet 2-core host; a host shared with other Spark jobs can take 10+ min.
@@ -170,6 +207,10 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert not missing, missing
     assert report["meta"]["preset"] == "quick"
     assert report["meta"]["host"]["logical_cores"] >= 1
+    broker = report["meta"]["broker"]
+    assert broker["kind"] == "apache" and broker["kafka_version"] == KAFKA_VERSION
+    assert broker["brokers"] == 1 and broker["replication_factor"] == 1
+    assert report["meta"]["dataset"]["partitions"] == QUICK.partitions
 
     raw = report["raw_ceiling"]
     assert raw["records"] == raw["produced"] == QUICK.records  # every record, exactly once

@@ -778,10 +778,11 @@ def test_default_install_dry_run_prints_notes(helm: Any) -> None:
 
 def test_rendered_driver_command_commits_locally(helm: Any, tmp_path: Path) -> None:
     """Run the Deployment's command line (same args, same config and spark-defaults from the
-    ConfigMap) on this machine: local master, embedded broker, state under tmp_path. Only
-    what differs between a pod and this machine is overridden with --set."""
+    ConfigMap) on this machine: local master, a one-node Apache Kafka (KafkaCluster), state
+    under tmp_path. Only what differs between a pod and this machine is overridden with
+    --set."""
     from pipeline.config import load_config
-    from pipeline.tools.broker import EmbeddedBroker
+    from pipeline.tools.broker import KafkaCluster
     from pipeline.tools.generator import GeneratorSpec, produce
 
     default_docs = render(helm)
@@ -809,7 +810,7 @@ def test_rendered_driver_command_commits_locally(helm: Any, tmp_path: Path) -> N
     assert env["SPARK_CONF_DIR"] == str(conf_dir)
     env["INGEST_SPARK_LOG_LEVEL"] = "ERROR"
 
-    with EmbeddedBroker(num_brokers=1) as broker:
+    with KafkaCluster(1) as broker:
         broker.create_topic(topic, 2)
         result = produce(
             broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=7), partitions=2

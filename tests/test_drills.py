@@ -1,5 +1,6 @@
-"""Failover drills (`ingest drill`): live embedded broker, rate producer, the pipeline as
-its own OS process, injected faults, then an exactly-once count.
+"""Failover drills (`ingest drill`): a live 3-node Apache Kafka cluster (real brokers, whose
+processes the broker drills SIGKILL and SIGSTOP), rate producer, the pipeline as its own
+OS process, injected faults, then an exactly-once count.
 
 Default run (fast subset): a SIGKILL drill with 2 kills on Iceberg and the
 checkpoint-deleted drill. ``-m drill``: the full matrix (every scenario on Iceberg and
@@ -18,8 +19,10 @@ import pytest
 from rich.console import Console
 
 from pipeline.errors import ConfigError
+from pipeline.tools.broker import KAFKA_VERSION
+from pipeline.tools.drill.harness import broker_info
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Sample
-from pipeline.tools.drill.report import write_json, write_timeline
+from pipeline.tools.drill.report import summary_table, write_json, write_timeline
 from pipeline.tools.drill.runner import DrillOptions, run_drills, select
 
 
@@ -84,14 +87,34 @@ def test_report_json_and_png_from_a_result(tmp_path: Path) -> None:
     bad.recover_s = [3.0, 5.0]
     bad.samples = [Sample(0.0, 0, 0), Sample(1.0, 10, 5), Sample(2.0, 10, 9)]
     bad.events = [FaultEvent(0.5, "kill", "after-commit"), FaultEvent(1.0, "recovered", "0.5s")]
-    skipped = DrillResult("retention", "iceberg", skipped="needs the embedded broker")
-    data = json.loads(write_json([bad, skipped], {"kills": 1}, tmp_path / "r.json").read_text())
+    skipped = DrillResult("retention", "iceberg", skipped="needs the drill's own Kafka cluster")
+    meta = {"kills": 1, "broker": broker_info(None)}
+    data = json.loads(write_json([bad, skipped], meta, tmp_path / "r.json").read_text())
     assert data["ok"] is False
+    assert data["broker"]["kafka_version"] == KAFKA_VERSION
     d = data["drills"][0]
     assert (d["verdict"], d["recover_median_s"], d["recover_max_s"]) == ("FAILED", 4.0, 5.0)
     assert data["drills"][1]["verdict"] == "skipped"
     png = write_timeline([bad, skipped], tmp_path / "t.png")
     assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_report_states_the_broker() -> None:
+    """The drills' own cluster: Kafka version, 3 brokers, replication factor 3,
+    min.insync.replicas 2; an external one is "external"; the table says which."""
+    own = broker_info(None)
+    assert (own["kind"], own["kafka_version"], own["brokers"]) == ("local", KAFKA_VERSION, 3)
+    assert (own["replication_factor"], own["min_insync_replicas"]) == (3, 2)
+    assert own["description"] == (
+        f"Apache Kafka {KAFKA_VERSION}, 3 brokers (KRaft, local JVMs), replication factor 3, "
+        "min.insync.replicas 2"
+    )
+    ext = broker_info("kafka-1:9092")
+    assert ext["kind"] == ext["kafka_version"] == ext["replication_factor"] == "external"
+    assert ext["bootstrap_servers"] == "kafka-1:9092"
+    console = Console(width=200, record=True)
+    console.print(summary_table([DrillResult("kill", "iceberg")], own["description"]))
+    assert f"broker: Apache Kafka {KAFKA_VERSION}, 3 brokers" in console.export_text()
 
 
 def test_kill_and_zombie_drills_run_with_background_compaction(tmp_path: Path) -> None:
@@ -213,6 +236,7 @@ def test_file_economy_summary_and_plot(tmp_path: Path) -> None:
 @pytest.mark.timeout(1200)
 def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
     report = _run(tmp_path, "fast", [], kills=2)
+    assert report["broker"] == broker_info(None)  # the drills' own 3-node cluster
     by_name = {d["scenario"]: d for d in report["drills"]}
     kill, ckpt = by_name["kill"], by_name["checkpoint-deleted"]
     for d in (kill, ckpt):
@@ -241,6 +265,7 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     # executor-loss: 2 worker+executor SIGKILLs per format (mid-write, then mid-commit)
     report = _run(out, "full", [], kills=20, standby_kills=3, executor_kills=2)
     assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
+    assert report["broker"] == broker_info(None)  # the drills' own 3-node cluster
     ran = [d for d in report["drills"] if d["verdict"] != "skipped"]
     for d in ran:
         assert d["missing"] == 0 and d["duplicated"] == 0, d["scenario"]
@@ -267,5 +292,13 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     for d in loss.values():  # the driver was never restarted; each kill recovered
         assert d["faults"] == 2 and len(d["recover_s"]) == 2
         assert [e["kind"] for e in d["events"]].count("start") == 1
+    # real broker faults: a leader SIGKILLed, leaders moved by an election, a leader
+    # SIGSTOPped, every node SIGKILLed; the retention drill's 40 records counted as lost
+    outage = {d["table_format"]: d for d in ran if d["scenario"] == "broker-outage"}
+    assert set(outage) == set(FORMATS)
+    for d in outage.values():
+        kinds = {e["kind"] for e in d["events"]}
+        assert {"broker-kill", "leader-change", "broker-pause", "broker-down"} <= kinds, kinds
+    assert [d["lost"] for d in ran if d["scenario"] == "retention"] == [40, 40]
     # time to recover is reported for every scenario that ran
     assert all(d["recover_s"] for d in ran), [d["scenario"] for d in ran if not d["recover_s"]]

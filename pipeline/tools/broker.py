@@ -19,6 +19,7 @@ cleaner look every second); they change when faults show, never what Kafka guara
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import os
@@ -171,8 +172,7 @@ class KafkaCluster:
                             "kafka.tools.StorageTool",
                             "format",
                             "--ignore-formatted",
-                            "-t",
-                            cluster_id,
+                            f"--cluster-id={cluster_id}",
                             "-c",
                             str(node.home / "server.properties"),
                         ],
@@ -528,9 +528,12 @@ def _java() -> str:
 
 
 def _random_cluster_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's cluster id form: a UUID in URL-safe base64 without padding (Kafka's own
+    generator avoids a leading '-', which command lines take for an option)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _last_line(text: str) -> str:

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from pipeline.tools.bench.dataset import BenchBroker, Dataset
 from pipeline.tools.bench.presets import Preset
 
@@ -35,11 +33,10 @@ class Context:
         return f"{self.seq:02d}-{label}"
 
 
-def bench_process_cpu() -> float:
-    """CPU seconds of this (the bench) process so far: the embedded broker's threads run
-    here, so a difference over a run is the broker's work for it (plus the sampler's)."""
-    t = psutil.Process().cpu_times()
-    return float(t.user + t.system)
+def cpu_delta(before: float | None, after: float | None) -> float | None:
+    """``after - before`` of two :meth:`BenchBroker.cpu_seconds` readings (None: the
+    broker's CPU is not measurable, an external cluster)."""
+    return None if before is None or after is None else after - before
 
 
 def rounded(x: float, digits: int = 4) -> float | None:

@@ -1,89 +1,118 @@
-"""The benchmark's broker and pre-produced data set.
+"""The benchmark's broker and pre-produced data sets.
 
-* :class:`BenchBroker` — the embedded librdkafka mock cluster running *inside the bench
-  process* (its threads share the CPU with the pipeline under test; the raw ceiling runs
-  against the same broker, so the ratio stays fair), or an external cluster.
+* :class:`BenchBroker` — one Apache Kafka node (:class:`~pipeline.tools.broker.KafkaCluster`,
+  KRaft, its own JVM process on loopback) started by the bench, or an external cluster
+  (``--bootstrap``). The node runs on the same host as the pipeline under test and shares
+  its cores; the raw ceiling reads from the same broker, so the ratio stays fair. Its CPU
+  is sampled from its process (:meth:`BenchBroker.cpu_seconds`), so every run can report
+  what serving it cost the broker.
 * :func:`produce_dataset` writes ``N`` generated events (pipeline/tools/generator.py,
-  ~260 B JSON each, no malformed records) round-robin over the partitions, zstd-compressed
-  by the producer, and checks that every partition still starts at offset 0: the mock
-  keeps only ~5 MB per partition, and a run over a truncated log would measure the wrong
-  thing. :func:`partitions_for` sizes the topic so that this holds.
+  ~270 B JSON each, no malformed records) round-robin over the partitions, zstd-compressed
+  by the producer, into a topic that keeps everything (``retention.ms`` /
+  ``retention.bytes`` -1), and checks that every partition starts at offset 0 and that
+  the topic holds exactly what was produced.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer
+import psutil
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.errors import PipelineError
 from pipeline.kafka.client import consumer_config
 from pipeline.tools.generator import GeneratorSpec, produce
 
-#: Records per partition that fit the mock's 5 MB retention with room to spare (measured:
-#: ~69k generated events per partition with zstd batches).
-RECORDS_PER_PARTITION = 50_000
-#: zstd-compressed bytes on the wire per record: ~72 for the plain events (5 MB / 69k), plus
-#: ~0.36 per payload byte (the generator's text payload compresses about 3x; measured).
-WIRE_BYTES_BASE, WIRE_BYTES_PER_PAYLOAD_BYTE = 72.0, 0.36
 PRODUCER_CONFIG = {"compression.type": "zstd", "linger.ms": "20", "batch.size": "1000000"}
+#: Bench topics keep every record for the whole run, on any cluster.
+TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+#: Kafka nodes the bench starts itself: one (a single broker on the pipeline's host).
+BENCH_BROKERS = 1
 
 
 class RetentionError(PipelineError):
     code = "bench-retention"
 
 
-def records_per_partition(payload_bytes: int = 0) -> int:
-    """Records per partition that stay inside the mock's retention, for events with a
-    ``payload_bytes`` payload (0: the plain ~270 B events)."""
-    wire = WIRE_BYTES_BASE + WIRE_BYTES_PER_PAYLOAD_BYTE * payload_bytes
-    return int(RECORDS_PER_PARTITION * WIRE_BYTES_BASE / wire)
-
-
-def partitions_for(
-    records: int, minimum: int = 8, payload_bytes: int = 0, headroom: float = 1.0
-) -> int:
-    """Partitions that hold ``records`` inside the mock's retention, each filled to at most
-    ``headroom`` of :func:`records_per_partition`."""
-    per_partition = headroom * records_per_partition(payload_bytes)
-    return max(minimum, math.ceil(records / per_partition))
-
-
 class BenchBroker:
-    """Embedded mock cluster (default) or an external cluster at ``bootstrap``."""
+    """The bench's own one-node Apache Kafka (default) or an external cluster at
+    ``bootstrap``."""
 
     def __init__(self, bootstrap: str | None = None) -> None:
-        self.embedded: Any = None
+        self.cluster: Any = None  # pipeline.tools.broker.KafkaCluster when the bench owns it
+        self._procs: list[psutil.Process] = []
         if bootstrap is None:
-            from pipeline.tools.broker import EmbeddedBroker
+            from pipeline.tools.broker import KafkaCluster
 
-            self.embedded = EmbeddedBroker(num_brokers=1).start()
-            self.bootstrap_servers: str = self.embedded.bootstrap_servers
+            self.cluster = KafkaCluster(BENCH_BROKERS).start()
+            try:
+                self._procs = _node_processes(self.cluster)
+            except BaseException:
+                self.cluster.stop()
+                raise
+            self.bootstrap_servers: str = self.cluster.bootstrap_servers
         else:
             self.bootstrap_servers = bootstrap
 
     @property
     def kind(self) -> str:
-        return (
-            "embedded librdkafka mock cluster (in the bench process)"
-            if self.embedded
-            else ("external")
-        )
+        return "apache" if self.cluster is not None else "external"
+
+    def describe(self) -> dict[str, Any]:
+        """``report["meta"]["broker"]``: kind, Kafka version, nodes, replication factor."""
+        if self.cluster is not None:
+            from pipeline.tools.broker import KAFKA_VERSION
+
+            return {
+                "kind": "apache",
+                "kafka_version": KAFKA_VERSION,
+                "brokers": self.cluster.num_brokers,
+                "replication_factor": self.cluster.replication_factor,
+                "placement": "KRaft broker+controller, its own JVM process on this host "
+                "(loopback), started by the bench",
+                "bootstrap_servers": self.bootstrap_servers,
+            }
+        brokers: int | None = None
+        with contextlib.suppress(Exception):
+            admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+            brokers = len(admin.describe_cluster(request_timeout=10).result(10).nodes)
+        return {
+            "kind": "external",
+            "kafka_version": None,
+            "brokers": brokers,
+            "replication_factor": "the cluster's default.replication.factor",
+            "bootstrap_servers": self.bootstrap_servers,
+        }
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds (user + system) the bench's Kafka node processes used so far; None
+        for an external broker (not measurable from here)."""
+        if self.cluster is None:
+            return None
+        total = 0.0
+        for p in self._procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        if self.embedded is not None:
-            self.embedded.create_topic(topic, partitions)
+        if self.cluster is not None:
+            self.cluster.create_topic(topic, partitions, config=TOPIC_CONFIG)
             return
-        from confluent_kafka.admin import AdminClient, NewTopic
-
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        # replication factor -1: the cluster's default.replication.factor
+        new = NewTopic(topic, partitions, -1, config=dict(TOPIC_CONFIG))
+        for fut in admin.create_topics([new], operation_timeout=30).values():
             fut.result(timeout=30)
+        _await_leaders(admin, topic, partitions)
 
     def watermarks(self, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
         consumer = Consumer(consumer_config(self.bootstrap_servers, client_id="bench-check"))
@@ -96,15 +125,47 @@ class BenchBroker:
             consumer.close()
 
     def delete_topic(self, topic: str) -> None:
-        """Free the embedded broker's memory of a data set no longer needed (external: no-op)."""
-        if self.embedded is not None:
-            # an older librdkafka without the symbol: keep it
-            with contextlib.suppress(RuntimeError, NotImplementedError):
-                self.embedded.delete_topic(topic)
+        """Free the disk of a data set no longer needed (its own broker; external: kept)."""
+        if self.cluster is not None:
+            # best effort: a topic left behind costs disk until stop(), nothing else
+            with contextlib.suppress(KafkaException, TimeoutError):
+                self.cluster.delete_topic(topic)
 
     def stop(self) -> None:
-        if self.embedded is not None:
-            self.embedded.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+def _node_processes(cluster: Any) -> list[psutil.Process]:
+    """The cluster's Kafka JVMs: this process's children started on its data directory."""
+    home = str(cluster.data_dir)
+    found = []
+    for child in psutil.Process().children(recursive=False):
+        with contextlib.suppress(psutil.Error):
+            cmd = child.cmdline()
+            if "kafka.Kafka" in cmd and cmd[-1].startswith(home):
+                found.append(child)
+    if len(found) != cluster.num_brokers:
+        raise PipelineError(
+            f"found {len(found)} Kafka node process(es) of {cluster.num_brokers} under {home}"
+        )
+    return found
+
+
+def _await_leaders(admin: AdminClient, topic: str, partitions: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        t = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if (
+            t is not None
+            and t.error is None
+            and len(t.partitions) >= partitions
+            and all(p.leader >= 0 and p.error is None for p in t.partitions.values())
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise PipelineError(f"topic {topic}: no leader for every partition after 30 s")
+        time.sleep(0.1)
 
 
 @dataclass(frozen=True)
@@ -122,8 +183,8 @@ class Dataset:
         if lost:
             raise RetentionError(
                 f"topic {self.topic}: the broker already deleted the head of partition(s) "
-                f"{sorted(lost)} (log start {max(lost.values())}); use more partitions or "
-                "fewer records (the embedded broker keeps ~5 MB per partition)"
+                f"{sorted(lost)} (log start {max(lost.values())}) although the topic was "
+                "created with retention.ms/retention.bytes -1; check the cluster's policies"
             )
         total = sum(hi for _, hi in marks.values())
         if total != self.records:
@@ -135,23 +196,20 @@ class Dataset:
 def produce_dataset(
     broker: BenchBroker,
     records: int,
-    partitions: int | None = None,
+    partitions: int,
     seed: int = 7,
     payload_bytes: int = 0,
 ) -> Dataset:
-    import time
-
-    parts = partitions or partitions_for(records, payload_bytes=payload_bytes)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    broker.create_topic(topic, parts)
+    broker.create_topic(topic, partitions)
     spec = GeneratorSpec(count=records, seed=seed, payload_bytes=payload_bytes)
     t0 = time.monotonic()
     result = produce(
-        broker.bootstrap_servers, topic, spec, partitions=parts, extra_config=PRODUCER_CONFIG
+        broker.bootstrap_servers, topic, spec, partitions=partitions, extra_config=PRODUCER_CONFIG
     )
     elapsed = time.monotonic() - t0
     if result.produced != records:
         raise PipelineError(f"produced {result.produced} of {records} bench records")
-    ds = Dataset(topic, parts, records, elapsed, payload_bytes)
+    ds = Dataset(topic, partitions, records, elapsed, payload_bytes)
     ds.check_retained(broker)
     return ds

@@ -90,7 +90,7 @@ class RunResult:
     batches: list[BatchLine] = field(default_factory=list)
     stderr_path: str = ""
     peak_rss_by_role: dict[str, int] = field(default_factory=dict)
-    bench_process_cpu_seconds: float = 0.0  # the bench process (embedded broker) meanwhile
+    broker_cpu_seconds: float | None = None  # the bench's Kafka node meanwhile (external: None)
     cpu_series: list[tuple[float, float]] = field(default_factory=list)
     # (epoch time, cumulative CPU seconds per role: driver, jvm, workers)
     cpu_role_series: list[tuple[float, dict[str, float]]] = field(default_factory=list)

@@ -1,17 +1,22 @@
 """``fixed_cost``: the pipeline's per-batch fixed cost and per-record marginal cost in the
-steady state, per record size, against the raw consumer on the same data.
+steady state, per record size and partition count, against the raw consumer on the same
+data.
 
-Per record size (the preset's :class:`~pipeline.tools.bench.presets.FixedCostPlan`): one
-zstd data set in the embedded broker, the raw ceiling over it, then per batch size one
-``ingest run`` (Iceberg, exactly-once, 2 cores, available-now, ``maxRecordsPerTrigger`` =
-the batch size) from the earliest offset into a fresh table. The batches that commit
-within ``warmup_seconds`` of the first commit are skipped (JVM JIT, cold Python workers);
-the next ``steady_seconds`` of batches are measured, then the driver is stopped with
-SIGTERM (or ends when the topic is drained: ``steady_short`` if the window fell short).
-Per measured batch: wall = its commit time - the previous commit time, CPU = the process
-tree's CPU over the same span, records. Over all batches of one record size, ordinary
-least squares of CPU and wall per batch against records per batch: the intercept is the
-fixed cost per batch, the slope the marginal cost per million records.
+Per record size and partition count (the preset's
+:class:`~pipeline.tools.bench.presets.FixedCostPlan`: 8 / 32 / 128 partitions in the full
+preset): one zstd data set in the bench's Kafka broker, the raw ceiling over it, then per
+batch size one ``ingest run`` (Iceberg, exactly-once, 2 cores, available-now,
+``maxRecordsPerTrigger`` = the batch size) from the earliest offset into a fresh table.
+The batches that commit within ``warmup_seconds`` of the first commit are skipped (JVM
+JIT, cold Python workers); the next ``steady_seconds`` of batches are measured, then the
+driver is stopped with SIGTERM (or ends when the topic is drained: ``steady_short`` if
+the window fell short). Per measured batch: wall = its commit time - the previous commit
+time, CPU = the process tree's CPU over the same span, records. Over all batches of one
+record size and partition count, ordinary least squares of CPU and wall per batch against
+records per batch: the intercept is the fixed cost per batch, the slope the marginal cost
+per million records. Every batch reads every partition, so across partition counts the
+intercepts are fitted again against the partition count (``partition_scaling``): the
+fixed cost of a batch with no partitions and what each partition adds to it.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from typing import Any
 import psutil
 
 from pipeline.tools.bench import stats
-from pipeline.tools.bench.context import MB, Context, bench_process_cpu
+from pipeline.tools.bench.context import MB, Context, cpu_delta
 from pipeline.tools.bench.context import rounded as _round
-from pipeline.tools.bench.dataset import Dataset, partitions_for, produce_dataset
+from pipeline.tools.bench.dataset import Dataset, produce_dataset
 from pipeline.tools.bench.driver import (
     BatchLine,
     BenchRunError,
@@ -122,9 +127,15 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
         payload=ds.payload_bytes > 0,
     )
     path = write_config(workdir / "pipeline.yaml", cfg)
-    cpu0 = bench_process_cpu()  # the bench process: embedded broker (+ sampler), cumulative
+    cpu0 = ctx.broker.cpu_seconds()  # the bench's Kafka node, cumulative (external: None)
     run = DriverRun(name, path, ctx.work / "logs")
-    bench: list[tuple[float, float]] = [(time.time(), 0.0)]
+    broker_series: list[tuple[float, float]] = [(time.time(), 0.0)]
+
+    def sample_broker() -> None:
+        used = cpu_delta(cpu0, ctx.broker.cpu_seconds())
+        if used is not None:
+            broker_series.append((time.time(), used))
+
     deadline = time.monotonic() + ctx.preset.timeout_s
     try:
         while run.alive():
@@ -134,8 +145,8 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
             if time.monotonic() > deadline:
                 raise BenchRunError(f"fixed-cost run {name} timed out (log: {run.err_path})")
             time.sleep(POLL_S)
-            bench.append((time.time(), bench_process_cpu() - cpu0))
-        bench.append((time.time(), bench_process_cpu() - cpu0))
+            sample_broker()
+        sample_broker()
         stopped = run.alive()
         run.stop()
         result = run.finish()
@@ -170,7 +181,12 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
     table_records = _table_records(cfg)
     shutil.rmtree(workdir, ignore_errors=True)
     per_m = cpu / records * 1e6 if records else math.nan
-    broker_cpu = interpolate(bench[0][0], bench, t1) - interpolate(bench[0][0], bench, t0)
+    t_first = broker_series[0][0]
+    broker_cpu = (
+        None
+        if cpu0 is None
+        else interpolate(t_first, broker_series, t1) - interpolate(t_first, broker_series, t0)
+    )
     return {
         "name": name,
         "max_records_per_trigger": batch,
@@ -190,8 +206,8 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
         },
         "records_per_cpu_s": _round(1e6 / per_m, 0),
         "cpu_cores_used": _round(cpu / seconds, 2),
-        "bench_process_cpu_seconds": _round(broker_cpu, 2),
-        "bench_process_cpu_per_s": _round(broker_cpu / seconds, 3),
+        "broker_cpu_seconds": None if broker_cpu is None else _round(broker_cpu, 2),
+        "broker_cpu_per_s": None if broker_cpu is None else _round(broker_cpu / seconds, 3),
         "records_committed_by_log": result.records,
         "records_in_table": table_records,
         "peak_rss_bytes": result.peak_rss_bytes,
@@ -199,19 +215,14 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
     }
 
 
-def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
+def _one_size(ctx: Context, payload_bytes: int, records: int, parts: int) -> dict[str, Any]:
+    """One record size at one partition count: data set, raw ceiling, runs, fit."""
     from pipeline.tools.bench.sections import raw_ceiling  # the section, on this data set
 
     plan = ctx.preset.fixed
-    ctx.say(f"fixed cost: producing {records:,} records (payload {payload_bytes} B)")
-    # the embedded broker's retention sets the partition count (~5 MB each); an external
-    # one keeps everything, and fewer partitions means less per-batch work per partition
-    # (20 % headroom: key hashing spreads records unevenly, and a full preset's 6M
-    # records at exactly the nominal size lost the head of every partition)
-    parts = (
-        partitions_for(records, payload_bytes=payload_bytes, headroom=0.8)
-        if ctx.broker.embedded is not None
-        else 8
+    ctx.say(
+        f"fixed cost: producing {records:,} records (payload {payload_bytes} B) "
+        f"into {parts} partitions"
     )
     ds = produce_dataset(ctx.broker, records, parts, payload_bytes=payload_bytes)
     try:
@@ -223,7 +234,7 @@ def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
         )
         runs = []
         for batch in plan.batches:
-            ctx.say(f"fixed cost: batches of {batch:,} ({bpr:,.0f} B records)")
+            ctx.say(f"fixed cost: batches of {batch:,} ({bpr:,.0f} B records, {parts} partitions)")
             r = _measure(ctx, ds, batch, bpr)
             ctx.say(
                 f"  {r['batches']} batches in {r['steady_seconds']}s: "
@@ -251,9 +262,15 @@ def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
         ]
     return {
         "payload_bytes": payload_bytes,
+        "partitions": ds.partitions,
         "bytes_per_record": _round(bpr, 1),
-        "label": "~1.2 KB" if kb12 else f"~{bpr:,.0f} B",
-        "dataset": {"topic": ds.topic, "partitions": ds.partitions, "records": ds.records},
+        "label": f"{_size_label(bpr)}, {ds.partitions} partitions",
+        "dataset": {
+            "topic": ds.topic,
+            "partitions": ds.partitions,
+            "records": ds.records,
+            "produce_seconds": _round(ds.produce_seconds, 2),
+        },
         "raw_ceiling": raw,
         "runs": runs,
         "points": points,
@@ -265,20 +282,26 @@ def _one_size(ctx: Context, payload_bytes: int, records: int) -> dict[str, Any]:
         "steady_ratio_to_raw": _round(steady["records_per_s"] / raw["records_per_s"], 3),
         "cpu_bound": bound,
         "within_target": within,
-        "broker_bound": any((r["bench_process_cpu_per_s"] or 0) >= 0.8 for r in runs),
+        "broker_bound": any((r["broker_cpu_per_s"] or 0) >= 0.8 for r in runs),
     }
+
+
+def _size_label(bytes_per_record: float) -> str:
+    return "~1.2 KB" if bytes_per_record >= 1_000 else f"~{bytes_per_record:,.0f} B"
 
 
 def cpu_bound(raw: dict[str, Any], steady: dict[str, Any]) -> dict[str, Any]:
     """What this host's cores allow if every one of them were busy: the raw consumer and
-    the pipeline's steady run, each with the broker CPU it caused (embedded broker: the
-    bench process), as records/s = cores * 10^6 / (CPU-s per million, both included)."""
+    the pipeline's steady run, each with the broker CPU it caused (the bench's Kafka node,
+    on the same host; an external broker's is unknown and counted as 0), as records/s =
+    cores * 10^6 / (CPU-s per million, both included)."""
     cores = psutil.cpu_count() or 1
-    raw_total = raw["cpu_seconds_per_million"] + (raw["bench_process_cpu_seconds_per_million"] or 0)
-    broker = steady["bench_process_cpu_seconds"] / steady["records"] * 1e6
+    raw_total = raw["cpu_seconds_per_million"] + (raw["broker_cpu_seconds_per_million"] or 0)
+    broker = (steady["broker_cpu_seconds"] or 0) / steady["records"] * 1e6
     run_total = steady["cpu_seconds_per_million"] + broker
     return {
         "cores": cores,
+        "broker_measured": steady["broker_cpu_seconds"] is not None,
         "raw_cpu_s_per_million_with_broker": _round(raw_total, 2),
         "pipeline_cpu_s_per_million_with_broker": _round(run_total, 2),
         "raw_records_per_s_all_cores": _round(cores * 1e6 / raw_total, 0),
@@ -292,19 +315,58 @@ def _le(value: float | None, limit: float) -> bool | None:
     return None if value is None else value <= limit
 
 
+def partition_scaling(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record size's fits across partition counts: OLS of the fixed cost per batch
+    (the fits' intercepts) against the partition count, so ``*_per_partition`` is what
+    one more partition adds to every batch and ``*_at_zero`` the rest of the fixed cost."""
+    cells = sorted(cells, key=lambda c: c["partitions"])
+    parts = [float(c["partitions"]) for c in cells]
+    out: dict[str, Any] = {
+        "payload_bytes": cells[0]["payload_bytes"],
+        "label": _size_label(float(cells[0]["bytes_per_record"])),
+        "partitions": [c["partitions"] for c in cells],
+    }
+    for key, name in (("intercept_cpu_s", "cpu"), ("intercept_wall_s", "wall")):
+        values = [c["fit"][key] for c in cells]
+        out[key] = values
+        pts = [(x, float(y)) for x, y in zip(parts, values, strict=True) if y is not None]
+        if len({x for x, _ in pts}) >= 2:
+            at_zero, per_part, r2 = stats.linear_fit([x for x, _ in pts], [y for _, y in pts])
+        else:
+            at_zero = per_part = r2 = math.nan
+        out[f"{name}_s_at_zero_partitions"] = _round(at_zero)
+        out[f"{name}_s_per_partition"] = _round(per_part, 6)
+        out[f"r2_{name}"] = _round(r2)
+    out["slope_cpu_s_per_million"] = [c["fit"]["slope_cpu_s_per_million"] for c in cells]
+    out["marginal_ratio"] = [c["marginal_ratio"] for c in cells]
+    return out
+
+
 def fixed_cost(ctx: Context) -> dict[str, Any]:
     plan = ctx.preset.fixed
-    sizes = [_one_size(ctx, pb, n) for pb, n in zip(plan.payload_bytes, plan.records, strict=True)]
+    sizes = [
+        _one_size(ctx, pb, n, parts)
+        for pb, n in zip(plan.payload_bytes, plan.records, strict=True)
+        for parts in plan.partitions
+    ]
     return {
-        "method": "per record size: Iceberg exactly-once, 2 cores, available-now, one run "
-        "per maxRecordsPerTrigger; batches within warmup_seconds of the first commit "
-        "skipped, then steady_seconds of batches; per batch CPU (process tree) and wall "
-        "(commit to commit) against records, OLS over all batches of the size",
+        "method": "per record size and partition count: Iceberg exactly-once, 2 cores, "
+        "available-now, one run per maxRecordsPerTrigger; batches within warmup_seconds of "
+        "the first commit skipped, then steady_seconds of batches; per batch CPU (process "
+        "tree) and wall (commit to commit) against records, OLS over all batches of the "
+        "size and partition count; partition_scaling: OLS of those intercepts against the "
+        "partition count, per record size",
         "warmup_seconds": plan.warmup_seconds,
         "steady_seconds": plan.steady_seconds,
         "batch_sizes": list(plan.batches),
+        "partitions": list(plan.partitions),
         "targets": TARGETS,
         "sizes": sizes,
-        "note": "bench_process_cpu_* is the bench process (embedded broker + sampler) over "
-        "the window; about 1 core or more means the broker may be the bound",
+        "partition_scaling": [
+            partition_scaling([s for s in sizes if s["payload_bytes"] == pb])
+            for pb in plan.payload_bytes
+        ],
+        "note": "broker_cpu_* is the bench's Kafka node (its own JVM on this host) over the "
+        "window, null for an external broker; about 1 core or more means the broker may be "
+        "the bound",
     }

@@ -1,6 +1,7 @@
 """The two benchmark presets: ``quick`` (a smoke run, about a minute on a quiet 2-core
-host, plus ~1.5 min for the fixed-cost section's two driver processes; used by the test)
-and ``full`` (the published report, about 20 minutes, plus ~20 for the fixed-cost section).
+host, plus ~3 min for the fixed-cost section's four driver processes; used by the test)
+and ``full`` (the published report, about 20 minutes, plus ~35 for the fixed-cost
+section's eighteen driver processes).
 
 The throughput matrix is run in list order; exactly-once / at-least-once runs of the same
 format and cores alternate in A B B A order, so load that drifts during the runs hits both
@@ -19,13 +20,16 @@ EO, ALO = "exactly-once", "at-least-once"
 @dataclass(frozen=True)
 class FixedCostPlan:
     """The ``fixed_cost`` section: per record size (``payload_bytes`` of the generator: 0 =
-    ~270 B events, 940 = ~1.2 KB) one data set of ``records[i]`` records, read from the
-    earliest offset by one ``ingest run`` per batch size; the first ``warmup_seconds``
-    after the first commit are skipped, then ``steady_seconds`` of batches are measured."""
+    ~270 B events, 940 = ~1.2 KB) and per partition count, one data set of ``records[i]``
+    records, read from the earliest offset by one ``ingest run`` per batch size; the first
+    ``warmup_seconds`` after the first commit are skipped, then ``steady_seconds`` of
+    batches are measured. Every batch reads every partition, so the fixed cost of a batch
+    is measured at each partition count and its growth per partition fitted across them."""
 
     payload_bytes: tuple[int, ...]
     records: tuple[int, ...]  # per record size: enough for the fastest run's whole window
     batches: tuple[int, ...]  # maxRecordsPerTrigger, one run each
+    partitions: tuple[int, ...]  # topic partitions, one data set each
     warmup_seconds: float
     steady_seconds: float
 
@@ -34,6 +38,7 @@ class FixedCostPlan:
 class Preset:
     name: str
     records: int
+    partitions: int  # of the throughput / memory data set and the freshness topic
     batch: int  # maxRecordsPerTrigger of the throughput runs
     matrix: tuple[RunSpec, ...]
     memory_batches: tuple[int, ...]  # dedicated batch-size sweep (empty: throughput runs)
@@ -59,6 +64,7 @@ def _pair(fmt: str, cores: int, times: int) -> tuple[RunSpec, ...]:
 QUICK = Preset(
     name="quick",
     records=30_000,
+    partitions=8,
     batch=10_000,
     matrix=_pair("iceberg", 2, 1),
     memory_batches=(),
@@ -68,12 +74,14 @@ QUICK = Preset(
     early_window=(1, 10),
     late_window=(91, 100),
     postgres=False,
-    # one record size (~1.2 KB) and two batch sizes: the fit, the raw ratio and the anchor
-    # comparison end to end in ~40 s; the full preset adds ~270 B and a third batch size
+    # one record size (~1.2 KB), two partition counts and two batch sizes: the fits, the
+    # growth per partition, the raw ratio and the anchor comparison end to end in ~3 min;
+    # the full preset adds ~270 B, 128 partitions and a third batch size
     fixed=FixedCostPlan(
         payload_bytes=(940,),
         records=(100_000,),
         batches=(500, 5_000),
+        partitions=(8, 32),
         warmup_seconds=2.0,
         steady_seconds=5.0,
     ),
@@ -82,7 +90,8 @@ QUICK = Preset(
 
 FULL = Preset(
     name="full",
-    records=600_000,  # 12 partitions of 50k: inside the mock's 5 MB per partition
+    records=600_000,
+    partitions=8,
     batch=100_000,  # 6 batches: 5 after the first (steady state) per run
     matrix=(
         *_pair("iceberg", 2, 3),
@@ -97,15 +106,15 @@ FULL = Preset(
     early_window=(1, 20),
     late_window=(990, 1_010),
     postgres=True,
-    # the embedded broker's retention (~5 MB per partition) caps a data set, and every
-    # partition adds to each batch's fixed cost: 100 / 180 partitions hold 20 s warm-up +
-    # 60 s of the 2k and 20k batches (measured 2026-11-24: ~7k and ~40k records/s at
-    # ~270 B); the 200k-record runs (~70k/s) drain it early and report the shorter window
-    # (steady_short). An external broker (--bootstrap) has neither limit.
+    # realistic partition counts 8 / 32 / 128, each its own data set; the records hold
+    # 20 s warm-up + 60 s of the 2k and 20k batches (measured 2026-11-24: ~7k and ~40k
+    # records/s at ~270 B); the 200k-record runs (~70k/s) may drain a data set early and
+    # report the shorter window (steady_short)
     fixed=FixedCostPlan(
         payload_bytes=(0, 940),
         records=(4_000_000, 1_600_000),
         batches=(2_000, 20_000, 200_000),
+        partitions=(8, 32, 128),
         warmup_seconds=20.0,
         steady_seconds=60.0,
     ),

@@ -8,7 +8,7 @@ by Arrow's JSON reader into the table's typed columns, the four Kafka coordinate
 and one zstd Parquet file with the table's Arrow schema (field ids included).
 
 It runs as its own OS process (``python -m pipeline.tools.bench.raw …``) so its CPU time is
-its own and not the bench process's (which hosts the embedded broker); it prints one JSON
+its own, apart from the bench process and the broker's; it prints one JSON
 line: records, value+key bytes, wall seconds from the first record to the closed file,
 CPU seconds (``getrusage``), peak RSS and the Parquet size.
 

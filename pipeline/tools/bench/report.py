@@ -209,6 +209,15 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             f"{_fmt(b['pipeline_cpu_s_per_million_with_broker'], '.1f')} CPU-s/M with the "
             f"broker's, raw {_fmt(b['raw_cpu_s_per_million_with_broker'], '.1f')}",
         )
+    for sc in report.get("fixed_cost", {}).get("partition_scaling", []):
+        t.add_row(
+            f"fixed cost per partition {sc['label']}",
+            f"{_fmt(sc['cpu_s_per_partition'], '.5f')} CPU-s / "
+            f"{_fmt(sc['wall_s_per_partition'], '.5f')} s",
+            f"per batch and partition, over {', '.join(str(n) for n in sc['partitions'])} "
+            f"partitions; at 0 partitions {_fmt(sc['cpu_s_at_zero_partitions'], '.3f')} "
+            f"CPU-s / {_fmt(sc['wall_s_at_zero_partitions'], '.3f')} s",
+        )
     cpu = report.get("cpu_per_record")
     if cpu:
         best = min(cpu["pipeline"].values()) if cpu["pipeline"] else None

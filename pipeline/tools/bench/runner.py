@@ -27,7 +27,7 @@ from rich.console import Console
 
 from pipeline.errors import PipelineError
 from pipeline.tools.bench import sections
-from pipeline.tools.bench.dataset import BenchBroker, partitions_for, produce_dataset
+from pipeline.tools.bench.dataset import BenchBroker, produce_dataset
 from pipeline.tools.bench.presets import PRESETS, Preset
 from pipeline.tools.bench.report import print_summary, write_charts, write_json
 
@@ -154,24 +154,31 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             "host": host_facts(),
         }
     }
+    say(
+        "starting Apache Kafka (one KRaft node, its own JVM)"
+        if opts.bootstrap is None
+        else f"external Kafka at {opts.bootstrap}"
+    )
     broker = BenchBroker(opts.bootstrap)
     failed = True
     try:
-        report["meta"]["broker"] = broker.kind
+        report["meta"]["broker"] = broker.describe()
         report["meta"]["notes"] = [
-            "The embedded broker's threads run in the bench process and share the CPU with "
-            "the pipeline; the raw ceiling runs against the same broker, so ratios are fair "
-            "but absolute figures are below what a separate broker host gives."
-            if broker.embedded is not None
-            else "External broker.",
+            "One Apache Kafka node (KRaft, its own JVM process) runs on the pipeline's host "
+            "and shares its cores; the raw ceiling reads from the same broker, so ratios are "
+            "fair but absolute figures are below what a separate broker host gives. The "
+            "broker's CPU is sampled from its process and reported per run (broker_cpu_*)."
+            if broker.cluster is not None
+            else "External broker: its CPU is not measured (broker_cpu_* are null).",
             "Producer: zstd-compressed batches; records ~270 B (JSON events of "
-            "pipeline/tools/generator.py), no malformed records.",
+            "pipeline/tools/generator.py), no malformed records; bench topics keep every "
+            "record (retention.ms / retention.bytes -1).",
             "Tables unpartitioned; Iceberg on the SQLite catalog unless stated.",
         ]
         needs_data = bool(groups & {"raw", "throughput", "memory"})
         ctx = None
         if needs_data:
-            parts = partitions_for(preset.records)
+            parts = preset.partitions
             say(f"producing {preset.records:,} records into {parts} partitions")
             ds = produce_dataset(broker, preset.records, parts)
             report["meta"]["dataset"] = {

@@ -35,10 +35,9 @@ from pipeline.tools.bench.context import (
     WARMUP_COMMITS,
     WINDOW_COMMITS,
     Context,
-    bench_process_cpu,
+    cpu_delta,
 )
 from pipeline.tools.bench.context import rounded as _round
-from pipeline.tools.bench.dataset import partitions_for
 from pipeline.tools.bench.driver import (
     ROOT,
     BenchRunError,
@@ -57,7 +56,7 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
     ds = ctx.dataset
     out = ctx.work / "raw" / "raw.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
-    bench_cpu = bench_process_cpu()
+    broker_cpu0 = ctx.broker.cpu_seconds()
     proc = subprocess.run(
         [
             sys.executable,
@@ -80,7 +79,7 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise BenchRunError(f"raw ceiling failed: {' '.join(proc.stderr[-600:].split())}")
-    broker_cpu = bench_process_cpu() - bench_cpu  # the embedded broker serving this read
+    broker_cpu = cpu_delta(broker_cpu0, ctx.broker.cpu_seconds())  # serving this read
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     shutil.rmtree(out.parent, ignore_errors=True)
     rate = r["records"] / r["seconds"]
@@ -97,7 +96,9 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
         "parquet_bytes": r["parquet_bytes"],
         "bytes_per_record": _round(r["bytes"] / r["records"], 1),
         "cpu_cores_used": _round(r["cpu_seconds"] / r["seconds"], 2),
-        "bench_process_cpu_seconds_per_million": _round(broker_cpu / r["records"] * 1e6, 2),
+        "broker_cpu_seconds_per_million": (
+            None if broker_cpu is None else _round(broker_cpu / r["records"] * 1e6, 2)
+        ),
     }
     return ctx.raw
 
@@ -110,9 +111,9 @@ def _run_pipeline(ctx: Context, spec: RunSpec) -> tuple[str, RunResult]:
     workdir = ctx.work / name
     cfg = pipeline_config(spec, name, workdir, ctx.broker.bootstrap_servers, ctx.dataset.topic)
     path = write_config(workdir / "pipeline.yaml", cfg)
-    before = bench_process_cpu()
+    before = ctx.broker.cpu_seconds()
     result = run_to_end(name, path, ctx.work / "logs", ctx.preset.timeout_s)
-    result.bench_process_cpu_seconds = bench_process_cpu() - before
+    result.broker_cpu_seconds = cpu_delta(before, ctx.broker.cpu_seconds())
     shutil.rmtree(workdir, ignore_errors=True)  # tables are not needed after the count
     return name, result
 
@@ -151,7 +152,9 @@ def summarize_run(
         },
         "cpu_cores_used": _round(cpu / seconds, 2),
         "cpu_seconds_total": _round(result.cpu_seconds, 2),
-        "bench_process_cpu_seconds": _round(result.bench_process_cpu_seconds, 2),
+        "broker_cpu_seconds": (
+            None if result.broker_cpu_seconds is None else _round(result.broker_cpu_seconds, 2)
+        ),
         "peak_rss_bytes": result.peak_rss_bytes,
         "peak_rss_by_role": result.peak_rss_by_role,
         "wall_seconds": _round(result.wall_seconds, 2),
@@ -248,7 +251,7 @@ def _bound(ctx: Context) -> str:
 
 def _oversubscribed(ctx: Context, best_two: dict[str, Any]) -> str:
     """A note when one executor core beat two: the host's cores are shared with the
-    broker (embedded: in the bench process), so a second task slot only adds contention."""
+    Kafka broker (its own JVM on this host), so a second task slot only adds contention."""
     one = [r for r in ctx.runs if r["cores"] == 1 and r["mode"] == EO]
     if not one:
         return ""
@@ -353,7 +356,8 @@ def cpu_per_record(ctx: Context) -> dict[str, Any]:
         "pipeline": {r["name"]: r["cpu_seconds_per_million"] for r in ctx.runs},
         "note": "CPU seconds (user+system) of the whole driver process tree (driver Python, "
         "JVM, Python workers) per million records, over the steady part of the run; "
-        "the embedded broker's CPU is not included (it runs in the bench process).",
+        "the Kafka broker's CPU is not included (its own process; reported per run as "
+        "broker_cpu_seconds).",
     }
 
 
@@ -430,8 +434,8 @@ def freshness_and_recovery(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]
 
     p = ctx.preset
     # The producer starts once the query is active, so the pipeline never has a backlog to
-    # drain; the topic only has to hold what a restart leaves unread (~5 MB per partition).
-    parts = partitions_for(int(p.freshness_rate * 160))
+    # drain: the preset's partition count, like the throughput data set.
+    parts = p.partitions
     topic = f"bench-fresh-{int(time.time())}"
     ctx.broker.create_topic(topic, parts)
     spec = RunSpec(

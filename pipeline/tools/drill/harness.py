@@ -1,10 +1,13 @@
 """The live drill rig: broker, rate producer, driver subprocesses, commit sampler.
 
-* ``DrillBroker`` — the embedded 3-broker librdkafka mock cluster (broker faults possible)
+* ``DrillBroker`` — real Apache Kafka: a 3-node KRaft cluster started for the drill
+  (``pipeline.tools.broker.KafkaCluster``: JVM processes on loopback, replication factor
+  3, ``min.insync.replicas`` 2; broker faults are SIGKILL / SIGSTOP of those processes),
   or an external cluster (``--bootstrap``; broker-level faults are then unavailable).
 * ``RateProducer`` — a thread writing generated events (pipeline/tools/generator.py) at a
-  set rate, round-robin over partitions, idempotent, remembering every acknowledged
-  (partition, offset): that set is what the tables must hold exactly once.
+  set rate, round-robin over partitions, idempotent with ``acks=all`` (a record counts
+  once every in-sync replica has it), remembering every acknowledged (partition,
+  offset): that set is what the tables must hold exactly once.
 * ``DriverProcess`` — ``python -m pipeline run --config …`` in its own process group (so a
   SIGKILL takes the JVM too, like a lost pod); stdout/stderr go to files in the work dir.
 * ``StandaloneCluster`` (pipeline/tools/cluster.py) — with ``DrillSpec.cluster``, a Spark
@@ -40,6 +43,7 @@ import yaml
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.errors import PipelineError
+from pipeline.tools.broker import KAFKA_VERSION, KafkaCluster
 from pipeline.tools.cluster import StandaloneCluster
 from pipeline.tools.drill import compactions
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Recovery, Sample
@@ -57,33 +61,91 @@ class DrillTimeout(PipelineError):
     code = "drill-timeout"
 
 
+DRILL_BROKERS = 3  # KafkaCluster(3): replication factor 3, min.insync.replicas 2
+_EXTERNAL_TIMEOUT_S = 30.0
+
+
 class DrillBroker:
-    """Embedded mock cluster (default) or an external one given by ``bootstrap``."""
+    """A :class:`KafkaCluster` of :data:`DRILL_BROKERS` nodes started for the drill
+    (default; ``kafka`` is it, for broker faults) or an external cluster given by
+    ``bootstrap`` (``kafka`` is None)."""
 
-    def __init__(self, bootstrap: str | None = None, brokers: int = 3) -> None:
-        self.embedded: Any = None
+    def __init__(self, bootstrap: str | None = None, brokers: int = DRILL_BROKERS) -> None:
+        self.kafka: KafkaCluster | None = None
         if bootstrap is None:
-            from pipeline.tools.broker import EmbeddedBroker
-
-            self.embedded = EmbeddedBroker(num_brokers=brokers).start()
-            self.bootstrap_servers: str = self.embedded.bootstrap_servers
+            self.kafka = KafkaCluster(brokers).start()
+            self.bootstrap_servers: str = self.kafka.bootstrap_servers
         else:
             self.bootstrap_servers = bootstrap
-        self.brokers = brokers
+
+    def info(self) -> dict[str, Any]:
+        """What the drill runs on, for the report (:func:`broker_info`)."""
+        return broker_info(None if self.kafka is not None else self.bootstrap_servers, self.kafka)
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        if self.embedded is not None:
-            self.embedded.create_topic(topic, partitions, replication_factor=self.brokers)
+        """Create ``topic``; return once every partition has a leader. On the drill's own
+        cluster with its replication factor; on an external one with the cluster's
+        ``default.replication.factor``."""
+        if self.kafka is not None:
+            self.kafka.create_topic(topic, partitions)
             return
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-            fut.result(timeout=30)
+        new = NewTopic(topic, partitions, -1)  # -1: the broker's default replication factor
+        for fut in admin.create_topics([new], operation_timeout=_EXTERNAL_TIMEOUT_S).values():
+            fut.result(timeout=_EXTERNAL_TIMEOUT_S)
+        deadline = time.monotonic() + _EXTERNAL_TIMEOUT_S
+        while True:
+            t = admin.list_topics(topic, timeout=_EXTERNAL_TIMEOUT_S).topics.get(topic)
+            if (
+                t is not None
+                and t.error is None
+                and len(t.partitions) >= partitions
+                and all(p.leader >= 0 for p in t.partitions.values())
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise DrillTimeout(f"topic {topic}: no leader for every partition in time")
+            time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.embedded is not None:
-            self.embedded.stop()
+        """SIGKILL every node and delete the cluster's data: the drill has counted what it
+        needed, and a controlled shutdown of the whole cluster only costs time."""
+        if self.kafka is not None:
+            if self.kafka.running:
+                for node in self.kafka.node_ids():
+                    self.kafka.kill(node)
+            self.kafka.stop()
+
+
+def broker_info(bootstrap: str | None, kafka: KafkaCluster | None = None) -> dict[str, Any]:
+    """The broker a drill runs on, as the report states it: the Kafka version, the number
+    of brokers and the topics' replication factor of the drill's own cluster (``kafka``,
+    else the settings of the one :class:`DrillBroker` starts), or "external" for
+    ``bootstrap``. ``description``: the same in one line (table title, report)."""
+    if bootstrap is not None:
+        return {
+            "kind": "external",
+            "bootstrap_servers": bootstrap,
+            "kafka_version": "external",
+            "brokers": "external",
+            "replication_factor": "external",
+            "description": f"external Kafka cluster {bootstrap} (broker faults skipped)",
+        }
+    c = kafka if kafka is not None else KafkaCluster(DRILL_BROKERS)  # not started: settings
+    return {
+        "kind": "local",
+        "kafka_version": KAFKA_VERSION,
+        "brokers": c.num_brokers,
+        "replication_factor": c.replication_factor,
+        "min_insync_replicas": c.min_insync_replicas,
+        "description": (
+            f"Apache Kafka {KAFKA_VERSION}, {c.num_brokers} brokers (KRaft, local JVMs), "
+            f"replication factor {c.replication_factor}, "
+            f"min.insync.replicas {c.min_insync_replicas}"
+        ),
+    }
 
 
 class RateProducer:
@@ -367,7 +429,7 @@ class Rig:
         self.result = DrillResult(scenario=spec.label, table_format=spec.table_format)
         self.cluster: StandaloneCluster | None = None
         self.s3: S3Server | None = None
-        self._services = contextlib.ExitStack()  # the cluster and the S3 server
+        self._services = contextlib.ExitStack()  # the Spark cluster, S3 server, Kafka
         try:
             if spec.cluster:
                 self.on_status("starting a standalone Spark cluster")
@@ -395,7 +457,10 @@ class Rig:
     def _setup(
         self, spec: DrillSpec, workdir: Path, bootstrap: str | None, catalog: dict[str, Any] | None
     ) -> None:
+        if bootstrap is None:
+            self.on_status(f"starting a {DRILL_BROKERS}-node Kafka cluster")
         self.broker = DrillBroker(bootstrap)
+        self._services.callback(self.broker.stop)  # first to go (LIFO), also on a failed setup
         self.topic = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
         self.broker.create_topic(self.topic, spec.partitions)
         self.config_dict = drill_config(
@@ -453,8 +518,7 @@ class Rig:
         self.producer.stop()
         self._stop.set()
         self._sampler.join(timeout=10)
-        self.broker.stop()
-        self._services.close()
+        self._services.close()  # the broker, the S3 server, the Spark cluster
         self.result.duration_s = round(self.now(), 2)
         self.result.produced = self.producer.produced
 
@@ -669,6 +733,14 @@ class Rig:
         self.result.verifier = "drill count"
         if own.unexpected:
             self.result.problems.append(f"{own.unexpected} records in the tables not produced")
+        # Records whose delivery failed are not expected; one Kafka wrote all the same (a
+        # timeout after the write) would show as unexpected above. Outages here last
+        # seconds, far inside the producer's 300 s delivery timeout.
+        if self.producer.errors:
+            errors = self.producer.errors
+            self.result.notes.append(
+                f"producer: {len(errors)} record(s) not acknowledged, e.g. {errors[0][:160]}"
+            )
         try:
             totals = independent_verifier_totals(self.cfg)
         except Exception as e:  # the verifier failing is a failed check, not a crash

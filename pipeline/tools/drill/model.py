@@ -23,9 +23,9 @@ class DrillSpec:
     scenario: str
     table_format: TableFormat = "iceberg"
     kills: int = 20  # SIGKILLs of the driver (kill), active (standby), a worker (executor-loss)
-    # records/second. The embedded broker keeps ~15k records per partition (5 MB): at
-    # 100/s over 8 partitions the pipeline may lag ~20 minutes before retention bites
-    # (the SIGKILL chain commits nothing for several restarts in a row).
+    # records/second, round-robin over the partitions. The drill's Kafka cluster keeps
+    # every record (its topics have Kafka's default retention, 7 days): only the retention
+    # drill deletes records, on purpose.
     rate: float = 100.0
     partitions: int = 8
     # the pipeline's Spark on a standalone cluster (pipeline/tools/cluster.py: a master and

@@ -40,8 +40,10 @@ def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def summary_table(results: Sequence[DrillResult]) -> Table:
-    table = Table(title="failover drills")
+def summary_table(results: Sequence[DrillResult], broker: str | None = None) -> Table:
+    """One row per drill; ``broker``: what the drills ran on (the report's
+    ``broker.description``), under the title."""
+    table = Table(title="failover drills", caption=f"broker: {broker}" if broker else None)
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("scenario", "fmt") else "right")
     for r in results:

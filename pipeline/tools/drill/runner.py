@@ -11,6 +11,10 @@ instant, two tables, one more fault point between their commits). ``cluster``: e
 drill's pipeline on its own standalone cluster (reported as ``<scenario>@cluster``). A
 drill that cannot run here is reported as skipped with its reason; a drill that throws is
 reported FAILED with the error.
+
+Every drill starts its own Kafka cluster (``harness.DrillBroker``: three KRaft nodes,
+replication factor 3) unless ``--bootstrap`` names one; ``report.json`` (``broker``) and
+the printed table state which (``harness.broker_info``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from rich.live import Live
 from rich.text import Text
 
 from pipeline.errors import ConfigError
-from pipeline.tools.drill.harness import Rig
+from pipeline.tools.drill.harness import Rig, broker_info
 from pipeline.tools.drill.model import CLUSTER_ONLY, DrillResult, DrillSpec, Storage, TableFormat
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
 from pipeline.tools.drill.scenarios import SCENARIOS, SkipDrill, private_pg_cluster
@@ -205,6 +209,8 @@ def run_drills(
     results: list[DrillResult] = []
     status = ["", ""]
     started = time.monotonic()
+    broker = broker_info(opts.bootstrap)
+    console.print(f"broker: {broker['description']}")
 
     def render() -> Group:
         done = " ".join(f"{r.scenario}/{r.table_format}:{r.verdict}" for r in results) or "-"
@@ -232,12 +238,12 @@ def run_drills(
     meta = {
         "kills": opts.kills,
         "rate": opts.rate,
-        "broker": opts.bootstrap or "embedded (librdkafka mock cluster, 3 brokers)",
+        "broker": broker,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     write_json(results, meta, opts.out / "report.json")
     write_timeline(results, opts.out / "timeline.png")
     wide = console if console.is_terminal else Console(file=console.file, width=160)
-    wide.print(summary_table(results))
+    wide.print(summary_table(results, broker["description"]))
     console.print(f"report: {opts.out / 'report.json'}, timeline: {opts.out / 'timeline.png'}")
     return results

@@ -53,7 +53,7 @@ from typing import Any, Literal
 from rich.console import Console, Group
 from rich.text import Text
 
-from pipeline.tools.drill.harness import DrillTimeout, DriverProcess, Rig
+from pipeline.tools.drill.harness import DrillTimeout, DriverProcess, Rig, broker_info
 from pipeline.tools.drill.model import DrillResult, DrillSpec, Recovery, TableFormat
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
 from pipeline.tools.drill.runner import DrillOptions, live_display, run_one
@@ -568,10 +568,11 @@ def run_soak(
     with live_display(console, render):
         result = run_one(spec, opts, status, body=lambda rig: SoakRun(rig, log).run())
     summary = summarize(result, log)
+    broker = broker_info(opts.bootstrap)
     meta = {
         "soak": summary,
         "rate": opts.rate,
-        "broker": opts.bootstrap or "embedded (librdkafka mock cluster, 3 brokers)",
+        "broker": broker,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     report = write_json([result], meta, opts.out / f"soak-{table_format}.json")
@@ -579,7 +580,7 @@ def run_soak(
         [result], opts.out / f"soak-{table_format}.png", max_labels=MAX_LABELS, compact=True
     )
     wide = console if console.is_terminal else Console(file=console.file, width=160)
-    wide.print(summary_table([result]))
+    wide.print(summary_table([result], broker["description"]))
     console.print(summary_line(summary, result.problems))
     console.print(f"report: {report}, timeline: {png or '-'}")
     return result, summary

@@ -1,6 +1,8 @@
-"""The embedded broker (librdkafka mock cluster) and the event generator, end to end.
+"""The project's Apache Kafka cluster (``pipeline.tools.broker``) and the event generator,
+end to end: real KRaft nodes, real clients over real sockets.
 
-Real clients over real sockets; nothing is mocked in Python.
+Faults on the broker processes themselves (SIGKILL of a leader, SIGSTOP) use the shared
+three-node cluster; the rest use the session's single node.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import (
@@ -18,6 +19,7 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -25,7 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
-from pipeline.tools.broker import EmbeddedBroker, run_broker_forever
+from pipeline.tools.broker import KAFKA_VERSION, KafkaCluster, run_broker_forever
 from pipeline.tools.generator import (
     GeneratorSpec,
     event_schema_fields,
@@ -35,17 +37,10 @@ from pipeline.tools.generator import (
     produce,
 )
 
-# Kafka protocol ApiKeys
-API_PRODUCE, API_FETCH = 0, 1
-API_OFFSET_COMMIT, API_JOIN_GROUP, API_HEARTBEAT, API_SYNC_GROUP = 8, 11, 12, 14
-NOT_LEADER_OR_FOLLOWER = 6
-TOPIC_AUTHORIZATION_FAILED = 29
-
 
 @pytest.fixture(scope="module")
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(num_brokers=3) as b:
-        yield b
+def broker(kafka_broker: KafkaTestBroker) -> KafkaCluster:
+    return kafka_broker.own()
 
 
 def _consumer(bootstrap: str, **extra: str) -> Consumer:
@@ -91,9 +86,9 @@ def _assert_no_duplicates_and_counts(
     assert dict(got) == per_partition
 
 
-def test_produce_and_read_back_exactly_once(broker: EmbeddedBroker) -> None:
+def test_produce_and_read_back_exactly_once(broker: KafkaCluster) -> None:
     topic = unique_topic("roundtrip")
-    broker.create_topic(topic, 4, replication_factor=3)
+    broker.create_topic(topic, 4)
     spec = GeneratorSpec(count=2_000, malformed_fraction=0.1, seed=7)
     result = produce(broker.bootstrap_servers, topic, spec)
 
@@ -104,8 +99,6 @@ def test_produce_and_read_back_exactly_once(broker: EmbeddedBroker) -> None:
     for tp, (first, last) in result.offsets.items():
         assert first == 0 and last == result.per_partition[tp] - 1
 
-    broker.start_request_tracking()
-    broker.clear_requests()
     consumer = _consumer(broker.bootstrap_servers)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(4)])
     msgs = _read(consumer, 2_000)
@@ -127,15 +120,13 @@ def test_produce_and_read_back_exactly_once(broker: EmbeddedBroker) -> None:
         assert by_key[mkey].pop(0) == mvalue
     assert sum(not is_valid_event(m.value()) for m in msgs) == 200
 
-    # the reader never took part in group management nor committed offsets
-    api_keys = {r.api_key for r in broker.requests()}
-    broker.stop_request_tracking()
-    assert API_FETCH in api_keys
-    assert not api_keys & {API_OFFSET_COMMIT, API_JOIN_GROUP, API_SYNC_GROUP, API_HEARTBEAT}
+    # the reader never took part in group management: the broker knows no group of it
+    groups = broker.admin().list_consumer_groups(request_timeout=10).result()
+    assert not [g for g in groups.valid if g.group_id.startswith("reader-")]
 
 
-def test_uncommitted_group_has_no_offsets(broker: EmbeddedBroker) -> None:
-    """ListConsumerGroupOffsets (OffsetFetch) works on the mock; ListGroups does not."""
+def test_uncommitted_group_has_no_offsets(broker: KafkaCluster) -> None:
+    """An assign-only reader stores no offsets; a commit does (the contrast)."""
     topic = unique_topic("groups")
     broker.create_topic(topic, 1)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
@@ -159,38 +150,44 @@ def test_uncommitted_group_has_no_offsets(broker: EmbeddedBroker) -> None:
     assert committed("committer") == 7
 
 
-def test_broker_down_up_and_leader_moves_lose_nothing(broker: EmbeddedBroker) -> None:
+def test_leader_killed_and_paused_loses_nothing(kafka_cluster3: KafkaTestBroker) -> None:
+    """SIGKILL of a partition leader, then SIGSTOP of another: an assigned consumer and an
+    acks=all idempotent producer carry on with no loss and no duplicate."""
+    cluster = kafka_cluster3.own()
     topic = unique_topic("faults")
-    broker.create_topic(topic, 4, replication_factor=3)
-    first = produce(broker.bootstrap_servers, topic, GeneratorSpec(count=800, seed=1), 4)
-    consumer = _consumer(broker.bootstrap_servers)
+    cluster.create_topic(topic, 4)
+    bootstrap = cluster.bootstrap_servers
+    first = produce(bootstrap, topic, GeneratorSpec(count=800, seed=1), 4)
+    consumer = _consumer(bootstrap, **{"socket.timeout.ms": "6000"})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(4)])
     msgs = _read(consumer, 400, timeout_s=10)
 
-    broker.broker_down(1)
-    broker.broker_down(2)
-    time.sleep(0.5)
-    broker.set_partition_leader(topic, 0, 3)
-    broker.push_request_errors(API_FETCH, [NOT_LEADER_OR_FOLLOWER] * 3)
-    broker.broker_up(1)
-    broker.broker_up(2)
-    broker.set_partition_leader(topic, 1, 2)
-    second = produce(broker.bootstrap_servers, topic, GeneratorSpec(count=800, seed=2), 4)
-    msgs += _read(consumer, 1_600 - len(msgs), timeout_s=15)
+    killed = cluster.leader(topic, 0)
+    cluster.kill(killed)
+    second = produce(bootstrap, topic, GeneratorSpec(count=800, seed=2), 4)
+    assert cluster.leader(topic, 0) not in (killed, -1)
+    cluster.restart(killed)  # two of three controllers must live for the quorum
+    paused = cluster.leader(topic, 1)
+    cluster.pause(paused)
+    try:
+        third = produce(bootstrap, topic, GeneratorSpec(count=400, seed=3), 4)
+        msgs += _read(consumer, 2_000 - len(msgs), timeout_s=60)
+    finally:
+        cluster.resume(paused)
     consumer.close()
-
     expected = {
-        tp: first.per_partition[tp] + second.per_partition[tp] for tp in first.per_partition
+        tp: first.per_partition[tp] + second.per_partition[tp] + third.per_partition[tp]
+        for tp in first.per_partition
     }
     _assert_no_duplicates_and_counts(msgs, expected)
 
 
-def test_delete_records_moves_low_watermark(broker: EmbeddedBroker) -> None:
+def test_delete_records_moves_low_watermark(broker: KafkaCluster) -> None:
     topic = unique_topic("retention")
     broker.create_topic(topic, 1)
     produce(broker.bootstrap_servers, topic, GeneratorSpec(count=100))
     broker.delete_records(topic, 0, 40)
-    with pytest.raises(RuntimeError, match="OFFSET_OUT_OF_RANGE"):
+    with pytest.raises(KafkaException, match="OFFSET_OUT_OF_RANGE"):
         broker.delete_records(topic, 0, 1_000)
 
     consumer = _consumer(broker.bootstrap_servers)
@@ -207,26 +204,17 @@ def test_delete_records_moves_low_watermark(broker: EmbeddedBroker) -> None:
     assert [m.offset() for m in msgs] == list(range(40, 100))
 
 
-def test_topic_create_errors(broker: EmbeddedBroker) -> None:
+def test_topic_create_errors(broker: KafkaCluster) -> None:
     topic = unique_topic("twice")
     broker.create_topic(topic, 2)
-    # the mock cannot grow a topic: re-creating with more partitions is refused
-    with pytest.raises(RuntimeError, match="TOPIC_ALREADY_EXISTS"):
+    with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
         broker.create_topic(topic, 4)
+    broker.add_partitions(topic, 4)  # growing one is how partitions are added
+    md = broker.admin().list_topics(topic, timeout=5)
+    assert len(md.topics[topic].partitions) == 4
 
 
-def test_produce_raises_on_delivery_failure(broker: EmbeddedBroker) -> None:
-    topic = unique_topic("denied")
-    broker.create_topic(topic, 1)
-    broker.push_request_errors(API_PRODUCE, [TOPIC_AUTHORIZATION_FAILED] * 20)
-    try:
-        with pytest.raises(RuntimeError, match="TOPIC_AUTHORIZATION_FAILED"):
-            produce(broker.bootstrap_servers, topic, GeneratorSpec(count=10))
-    finally:
-        broker.clear_request_errors(API_PRODUCE)
-
-
-def test_produce_round_robin_and_rate(broker: EmbeddedBroker) -> None:
+def test_produce_round_robin_and_rate(broker: KafkaCluster) -> None:
     topic = unique_topic("paced")
     broker.create_topic(topic, 3)
     progress: list[int] = []
@@ -245,25 +233,44 @@ def test_produce_round_robin_and_rate(broker: EmbeddedBroker) -> None:
     assert progress[-1] == 300
 
 
-def test_transactional_producer_leaves_offset_gaps(broker: EmbeddedBroker) -> None:
-    """Commit markers take an offset on the mock too; isolation is not enforced there."""
+def test_transactions_take_offsets_and_read_committed_hides_aborted_and_open(
+    broker: KafkaCluster,
+) -> None:
+    """Markers take an offset; read_committed sees committed records only and stops at
+    the last stable offset while a transaction is open; read_uncommitted sees all."""
     topic = unique_topic("txn")
     broker.create_topic(topic, 1)
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique_topic("tx")}
     )
-    producer.init_transactions(10)
-    for _ in range(2):
+    producer.init_transactions(30)
+    for commit in (True, False, True):
         producer.begin_transaction()
         for i in range(3):
             producer.produce(topic, value=str(i).encode(), partition=0)
-        producer.commit_transaction(10)
-    consumer = _consumer(broker.bootstrap_servers)
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    msgs = _read(consumer, 6)
-    assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5) == (0, 8)
-    consumer.close()
-    assert [m.offset() for m in msgs] == [0, 1, 2, 4, 5, 6]
+        producer.flush(30)  # abort_transaction purges what was not sent yet
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    producer.begin_transaction()  # left open: offsets 12-13
+    for _ in range(2):
+        producer.produce(topic, value=b"open", partition=0)
+    producer.flush(30)
+    try:
+        committed = _consumer(broker.bootstrap_servers, **{"isolation.level": "read_committed"})
+        committed.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        msgs = _read(committed, 6)
+        assert [m.offset() for m in msgs] == [0, 1, 2, 8, 9, 10]
+        # the end a read_committed client sees is the last stable offset, before the open
+        # transaction; its position stops there
+        assert committed.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] == 12
+        assert committed.position([TopicPartition(topic, 0)])[0].offset == 12
+        committed.close()
+        everything = _consumer(broker.bootstrap_servers, **{"isolation.level": "read_uncommitted"})
+        assert everything.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] == 14
+        everything.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        assert [m.offset() for m in _read(everything, 11)] == [0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13]
+        everything.close()
+    finally:
+        producer.abort_transaction(30)
 
 
 def test_consumer_needs_group_id() -> None:
@@ -299,8 +306,8 @@ def test_generator_is_deterministic_and_schema_shaped() -> None:
     assert sum(not is_valid_event(v) for _, v in generate_events(GeneratorSpec(count=0))) == 0
 
 
-def test_run_broker_forever_and_test_broker_wrapper() -> None:
-    ready: list[str] = []
+def test_run_broker_forever_stops_cleanly_and_external_brokers_skip_faults() -> None:
+    ready: list[KafkaCluster] = []
     stop = threading.Event()
     topic = unique_topic("cli")
     thread = threading.Thread(
@@ -310,31 +317,31 @@ def test_run_broker_forever_and_test_broker_wrapper() -> None:
         daemon=True,
     )
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not ready and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ready, "broker never became ready"
     try:
-        md = AdminClient({"bootstrap.servers": ready[0]}).list_topics(topic, timeout=5)
+        cluster = ready[0]
+        md = AdminClient({"bootstrap.servers": cluster.bootstrap_servers}).list_topics(
+            topic, timeout=5
+        )
         assert len(md.topics[topic].partitions) == 2
+        data = cluster.data_dir
+        assert (data / "node-1" / "data" / "meta.properties").is_file()
     finally:
         stop.set()
-        thread.join(10)
+        thread.join(30)
     assert not thread.is_alive()
+    assert not data.exists()  # its own temporary directory is removed on a clean stop
+    assert KAFKA_VERSION.startswith("4.")
 
-    with EmbeddedBroker(num_brokers=1) as emb:
-        wrapper = KafkaTestBroker(emb.bootstrap_servers, kind="embedded", embedded=emb)
-        assert not wrapper.supports_transactions_isolation
-        assert not wrapper.supports_timestamp_lookup
-        name = unique_topic()
-        wrapper.create_topic(name, 3)
-        md = AdminClient({"bootstrap.servers": wrapper.bootstrap_servers}).list_topics(
-            name, timeout=5
-        )
-        assert len(md.topics[name].partitions) == 3
+    external = KafkaTestBroker("127.0.0.1:9", kind="external")
+    with pytest.raises(pytest.skip.Exception, match="external"):
+        external.own()
 
 
-def test_reader_reuses_one_consumer_and_emits_each_offset_once(broker: EmbeddedBroker) -> None:
+def test_reader_reuses_one_consumer_and_emits_each_offset_once(broker: KafkaCluster) -> None:
     """Consecutive reads keep one consumer (pipeline/source/consumers.py); records the
     consumer prefetched beyond one range's end are never emitted twice by the next read;
     a read that raises closes the consumer instead of handing it back."""

@@ -148,6 +148,7 @@ class Pipeline:
         opts["startingOffsets"] = self.resolve_starting_offsets()
         if s.starting_timestamp is not None and s.starting_offsets != "table":
             opts["startingTimestamp"] = str(s.starting_timestamp)
+            opts["startingOffsetsByTimestampStrategy"] = s.starting_offsets_by_timestamp_strategy
         if s.max_records_per_trigger:
             opts["maxRecordsPerTrigger"] = str(s.max_records_per_trigger)
         if s.min_records_per_trigger:

@@ -51,6 +51,7 @@ class SourceConfig(_Model):
     starting_offsets: Literal["table", "earliest", "latest"] | dict[str, dict[str, int]] = "table"
     starting_offsets_fallback: Literal["earliest", "latest"] = "earliest"
     starting_timestamp: int | None = Field(default=None, ge=0)
+    starting_offsets_by_timestamp_strategy: Literal["error", "latest"] = "error"
     max_records_per_trigger: int | None = Field(default=None, ge=1)
     # hold a trigger until this many records are available, or maxTriggerDelay has passed
     # since the last batch (default 15 minutes; Trigger.AvailableNow / once ignore both)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from support.drivers import produced
 from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
@@ -102,22 +103,15 @@ def test_max_records_bounds_batches_and_restart_continues(
 def test_explicit_assignment_never_uses_consumer_groups(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    if kafka_broker.embedded is None:
-        pytest.skip("request tracking needs the embedded broker")
     topic = kafka_broker.new_topic("assign", 3)
     result = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=900, seed=3))
-    mock = kafka_broker.embedded
-    mock.clear_requests()
-    mock.start_request_tracking()
-    try:
-        opts = source_options(kafka_broker, assign=json.dumps({topic: [0, 2]}))
-        got = run_stream(spark, opts, tmp_path / "ckpt")
-        api_keys = Counter(r.api_key for r in mock.requests())
-    finally:
-        mock.stop_request_tracking()
-    # 8 OffsetCommit, 9 OffsetFetch, 11 JoinGroup, 12 Heartbeat, 14 SyncGroup
-    assert not {8, 9, 11, 12, 14} & set(api_keys), api_keys
-    assert api_keys[1] > 0  # Fetch requests did happen
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    before = {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
+    opts = source_options(kafka_broker, assign=json.dumps({topic: [0, 2]}))
+    got = run_stream(spark, opts, tmp_path / "ckpt")
+    # a JoinGroup or an OffsetCommit would leave a group on the broker
+    after = {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
+    assert after == before, after - before
     want = [c for c in expected_coords(result) if c[1] in (0, 2)]
     assert_read_once_each(got.coords, want)
 
@@ -154,14 +148,12 @@ def test_new_topics_matching_the_pattern_start_at_earliest(
 def test_retention_loss_fails_by_default_and_is_skipped_when_allowed(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    if kafka_broker.embedded is None:
-        pytest.skip("deleting records on demand needs the embedded broker's mock API")
     topic = kafka_broker.new_topic("retention", 2)
     result = produce(
         kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=8), partitions=2
     )
     start = {topic: {"0": 0, "1": 0}}
-    kafka_broker.embedded.delete_records(topic, 0, 100)
+    kafka_broker.own().delete_records(topic, 0, 100)
     opts = source_options(kafka_broker, topics=topic, startingOffsets=json.dumps(start))
     with pytest.raises(
         Exception,
@@ -203,13 +195,11 @@ def test_transaction_markers_end_ranges(
 def test_recreated_topic_stops_with_a_clear_error(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    if kafka_broker.embedded is None:
-        pytest.skip("deleting a topic on demand needs the embedded broker's mock API")
     topic = kafka_broker.new_topic("recreate", 1)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=9))
     opts = source_options(kafka_broker, topics=topic)
     run_stream(spark, opts, tmp_path / "ckpt")
-    kafka_broker.embedded.delete_topic(topic)
+    kafka_broker.own().delete_topic(topic)
     kafka_broker.create_topic(topic, 1)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=10, seed=10))
     with pytest.raises(
@@ -223,11 +213,6 @@ def test_recreated_topic_stops_with_a_clear_error(
 def test_aborted_transactions_never_appear(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    if not kafka_broker.supports_transactions_isolation:
-        pytest.skip(
-            "the embedded librdkafka mock broker does not implement read_committed "
-            "isolation; needs a real broker (Docker or KAFKA_BOOTSTRAP_SERVERS)"
-        )
     topic = kafka_broker.new_topic("abort", 1)
     p = Producer(
         {"bootstrap.servers": kafka_broker.bootstrap_servers, "transactional.id": f"tx-{topic}"}
@@ -248,19 +233,31 @@ def test_aborted_transactions_never_appear(
 
 
 def test_starting_timestamp(spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
-    if not kafka_broker.supports_timestamp_lookup:
-        pytest.skip(
-            "the embedded librdkafka mock broker does not implement timestamp look-ups "
-            "(offsets_for_times returns -1); needs a real broker"
-        )
-    topic = kafka_broker.new_topic("ts", 1)
+    """The first offset at or after the timestamp, per partition; a timestamp after every
+    record is an error naming the partitions, or their ends with strategy ``latest``."""
+    topic = kafka_broker.new_topic("ts", 2)
+    # recent stamps: the broker's 7-day retention would delete older ones at once
+    base = int(time.time() * 1000) - 60_000
     p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
     for i in range(10):
-        p.produce(topic, value=b"{}", partition=0, timestamp=1_700_000_000_000 + i * 1000)
+        p.produce(topic, value=b"{}", partition=0, timestamp=base + i * 1000)
+        p.produce(topic, value=b"{}", partition=1, timestamp=base + i * 2000)
     p.flush(30)
-    opts = source_options(kafka_broker, topics=topic, startingTimestamp=str(1_700_000_004_000))
+    opts = source_options(kafka_broker, topics=topic, startingTimestamp=str(base + 4_000))
     got = run_stream(spark, opts, tmp_path / "ckpt")
-    assert_read_once_each(got.coords, [(topic, 0, o) for o in range(4, 10)])
+    want = [(topic, 0, o) for o in range(4, 10)] + [(topic, 1, o) for o in range(2, 10)]
+    assert_read_once_each(got.coords, want)
+
+    late = {**opts, "startingTimestamp": str(base + 12_000)}  # after all of partition 0
+    with pytest.raises(
+        Exception,
+        match=rf"\[ingest:config\] startingTimestamp={base + 12_000}: no record at or after "
+        rf"it in 1 partition\(s\) \({topic}\[0\]\)",
+    ):
+        run_stream(spark, late, tmp_path / "ckpt-late")
+    lenient = {**late, "startingOffsetsByTimestampStrategy": "latest"}
+    got = run_stream(spark, lenient, tmp_path / "ckpt-lenient")
+    assert_read_once_each(got.coords, [(topic, 1, o) for o in range(6, 10)])
 
 
 def test_min_records_hold_triggers_until_enough_or_the_delay(

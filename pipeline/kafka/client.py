@@ -170,12 +170,11 @@ class KafkaMetadata:
 
     def offsets_for_timestamp(
         self, tps: Iterable[TopicPartition], timestamp_ms: int
-    ) -> dict[TopicPartition, int]:
-        """First offset with a timestamp >= ``timestamp_ms`` (the end if none)."""
+    ) -> dict[TopicPartition, int | None]:
+        """First offset with a timestamp >= ``timestamp_ms``; None where no record has one."""
         tps = list(tps)
         found = self._list_offsets(tps, OffsetSpec.for_timestamp(timestamp_ms), none_found_ok=True)
-        ends = self._list_offsets(tps, OffsetSpec.latest())
-        return {tp: (found[tp] if found[tp] >= 0 else ends[tp]) for tp in tps}
+        return {tp: (found[tp] if found[tp] >= 0 else None) for tp in tps}
 
     def _list_topics(self) -> Any:
         try:

@@ -55,6 +55,7 @@ from pipeline.commit.offsets import (
     reconcile,
     split_ranges,
 )
+from pipeline.errors import ConfigError
 from pipeline.source.options import SourceOptions
 from pipeline.source.reader import SPARK_DDL, SPARK_DDL_HEADERS, read_ranges
 
@@ -117,7 +118,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = self._current_partitions()
         broker = self.metadata.offsets(tps)
         if o.starting_timestamp_ms is not None:
-            start = self.metadata.offsets_for_timestamp(tps, o.starting_timestamp_ms)
+            start = self._timestamp_starts(tps, broker)
         else:
             start = {}
             explicit = o.starting_offsets_json or {}
@@ -132,6 +133,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 else:
                     start[tp] = spec
         return PartitionOffsets(start).to_dict()
+
+    def _timestamp_starts(
+        self, tps: list[TopicPartition], broker: dict[TopicPartition, Any]
+    ) -> dict[TopicPartition, int]:
+        """Where ``startingTimestamp`` starts each partition. A partition holding records
+        but none at or after the timestamp is an error unless the strategy is ``latest``
+        (then it starts at its end); an empty partition starts at its end either way."""
+        ts = self.options.starting_timestamp_ms or 0
+        found = self.metadata.offsets_for_timestamp(tps, ts)
+        past = [tp for tp in tps if found[tp] is None and broker[tp].high > broker[tp].low]
+        if past and self.options.timestamp_strategy == "error":
+            shown = ", ".join(str(tp) for tp in past[:5]) + (" ..." if len(past) > 5 else "")
+            raise ConfigError(
+                f"startingTimestamp={ts}: no record at or after it in {len(past)} "
+                f"partition(s) ({shown}); set startingOffsetsByTimestampStrategy=latest to "
+                "start those at their end"
+            )
+        return {tp: found[tp] if found[tp] is not None else broker[tp].high for tp in tps}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = PartitionOffsets.from_dict(start)

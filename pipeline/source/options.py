@@ -23,6 +23,7 @@ KNOWN = {
     "subscribepattern",
     "startingoffsets",
     "startingtimestamp",
+    "startingoffsetsbytimestampstrategy",
     "maxrecordspertrigger",
     "minrecordspertrigger",
     "maxtriggerdelay",
@@ -45,6 +46,9 @@ class SourceOptions:
     starting_offsets_json: dict[TopicPartition, int] | None = None
     default_for_unlisted: int = -2
     starting_timestamp_ms: int | None = None
+    # a partition with no record at or after the timestamp: "error" (Spark's default) or
+    # "latest" (start it at its end)
+    timestamp_strategy: str = "error"
     max_records_per_trigger: int | None = None
     # no batch while fewer records are available and less than max_trigger_delay_s has
     # passed since the last batch (Spark's Kafka source: minOffsetsPerTrigger)
@@ -75,6 +79,7 @@ class SourceOptions:
             raise ConfigError(
                 f"unknown source option(s) {', '.join(unknown)}; allowed: "
                 "assign, topics, topicPattern, startingOffsets, startingTimestamp, "
+                "startingOffsetsByTimestampStrategy, "
                 "maxRecordsPerTrigger, minRecordsPerTrigger, maxTriggerDelay, minPartitions, "
                 "failOnDataLoss, isolationLevel, includeHeaders, brokerRetrySeconds, kafka.*"
             )
@@ -102,6 +107,11 @@ class SourceOptions:
             starting = "json"
         ts = opts.get("startingtimestamp")
         ts_ms = _int("startingTimestamp", ts, minimum=0) if ts is not None else None
+        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise ConfigError(
+                f"startingOffsetsByTimestampStrategy={strategy!r}; allowed: error, latest"
+            )
 
         iso = opts.get("isolationlevel", "read_committed")
         if iso not in ("read_committed", "read_uncommitted"):
@@ -118,6 +128,7 @@ class SourceOptions:
             starting_offsets=starting,
             starting_offsets_json=starting_json,
             starting_timestamp_ms=ts_ms,
+            timestamp_strategy=strategy,
             max_records_per_trigger=max_rows,
             min_records_per_trigger=min_rows,
             max_trigger_delay_s=delay_s,

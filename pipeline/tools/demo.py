@@ -140,6 +140,18 @@ def _committed_base_files(base: Path) -> list[pa.RecordBatch]:
     return out
 
 
+def _await_producer_ids(bootstrap: str) -> None:
+    """Return once a new cluster hands out producer ids: the first idempotent producer
+    would otherwise wait for the transaction coordinator to load and log a warning
+    ("Coordinator load in progress") into the demo's output."""
+    from confluent_kafka import Producer
+
+    warm_up = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "ingest-demo-warm-up", "log_level": 2}
+    )
+    warm_up.init_transactions(60)
+
+
 def run_demo(
     lake: Path,
     events: int,
@@ -165,6 +177,7 @@ def run_demo(
     ok = False
     with KafkaCluster(brokers, data_dir=kafka_dir) as broker:
         broker.create_topic(topic, partitions)
+        _await_producer_ids(broker.bootstrap_servers)
         console.print(
             f"[bold]Apache Kafka {KAFKA_VERSION}[/] at {broker.bootstrap_servers} ({nodes}, "
             f"log under {kafka_dir}), topic {topic!r} with {partitions} partitions, "

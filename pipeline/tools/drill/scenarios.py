@@ -381,10 +381,10 @@ def _elect_preferred(kafka: KafkaCluster, topic: str, partitions: range) -> int:
     from confluent_kafka import TopicPartition as KTopicPartition
 
     tps = [KTopicPartition(topic, p) for p in partitions]
-    fut = kafka.admin().elect_leaders(
-        ElectionType.PREFERRED, tps, request_timeout=30, operation_timeout=30
-    )
-    result = fut.result(timeout=60)  # tp -> None (elected) or the error (e.g. not needed)
+    # no request_timeout / operation_timeout: confluent-kafka 2.16's binding rejects them
+    # (SystemError); the defaults are socket.timeout.ms (60 s)
+    fut = kafka.admin().elect_leaders(ElectionType.PREFERRED, tps)
+    result = fut.result(timeout=90)  # tp -> None (elected) or the error (e.g. not needed)
     return sum(1 for err in result.values() if err is None)
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up everything the project needs on a fresh Debian/Ubuntu machine with Python 3.11+
-# and Java 17: a virtualenv in .venv with the package and its dev extras. Idempotent:
-# re-running only installs what changed. Sourced by run-demo.sh and run-tests.sh.
+# Set up everything the project needs on a fresh Debian/Ubuntu machine with Python 3.11+:
+# Java 17 and Maven (as root, when missing), a virtualenv in .venv with the package and its
+# dev extras, and the JVM jars of pipeline/resources/pom.xml (Apache Kafka) fetched by Maven
+# into .jvm/. Idempotent: re-running only installs what changed. Sourced by run-demo.sh and
+# run-tests.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
@@ -20,6 +22,10 @@ if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
   echo "bootstrap: installing Java 17 (openjdk-17-jre-headless)" >&2
   apt_install openjdk-17-jre-headless
 fi
+if ! command -v mvn >/dev/null 2>&1; then
+  echo "bootstrap: installing Maven (fetches the Kafka broker's jars from Maven Central)" >&2
+  apt_install maven
+fi
 if ! "$PY" -c 'import ensurepip, venv' 2>/dev/null; then
   ver="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
   apt_install "python${ver}-venv"
@@ -37,3 +43,5 @@ if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"
+# JVM sets of the manifest (once; a changed manifest fetches again): one line on failure
+"$VENV/bin/python" -m pipeline.tools.jvm fetch >&2

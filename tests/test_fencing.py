@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from support.drivers import coords, pipeline_config, produced, write_config
 from support.kafka_fixtures import KafkaTestBroker
-from support.pg_fixtures import postgres_uri
+from support.pg_fixtures import require_postgres_uri
 
 from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
@@ -109,9 +109,7 @@ def test_zombie_loaded_before_fence_commits_after_it_is_refused(
     catalog: dict[str, Any] = {"warehouse": str(tmp_path / "wh")}
     name = f"z{os.getpid()}_{catalog_kind}_{int(time.time() * 1000) % 10**8}"
     if catalog_kind == "postgresql":
-        uri = postgres_uri()
-        if uri is None:
-            pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
+        uri = require_postgres_uri()
         catalog = {**catalog, "name": name, "uri": uri}
     cfg = _cfg(tmp_path, catalog, name)
     inc = "incarnation-1"
@@ -161,10 +159,9 @@ def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any])
 
 
 def test_second_driver_fences_the_first(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
-    uri = postgres_uri()
+    uri = require_postgres_uri()  # real concurrent commits through PostgreSQL
     catalog: dict[str, Any] = {"warehouse": str(tmp_path / "wh")}
-    if uri is not None:  # real concurrent commits through PostgreSQL when it is there
-        catalog = {**catalog, "name": f"two_{os.getpid()}", "uri": uri}
+    catalog = {**catalog, "name": f"two_{os.getpid()}", "uri": uri}
     topic = kafka_broker.new_topic("two", 2)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, catalog)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import os
 import pickle
-import socket
 import statistics
 import time
 import uuid
@@ -52,6 +50,7 @@ from pyiceberg.types import (
     TimestampType,
     TimestamptzType,
 )
+from support.pg_fixtures import require_postgres_uri
 
 from pipeline.commit.checkpoint import COMMITTED_OFFSETS_KEY, PIPELINE_ID_KEY, CommitCheckpoint
 from pipeline.commit.offsets import TopicPartition
@@ -90,18 +89,6 @@ FIELDS = [
 # ---------------------------------------------------------------------------------------
 
 
-def _postgres_uri() -> str | None:
-    uri = os.environ.get("INGEST_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-        import psycopg2
-
-        psycopg2.connect(uri, connect_timeout=3).close()
-    except Exception:
-        return None
-    return uri.replace("postgresql://", "postgresql+psycopg2://", 1)
-
-
 CatalogFactory = Callable[[], Catalog]
 
 
@@ -113,10 +100,7 @@ def new_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cata
     if request.param == "sqlite":
         uri = f"sqlite:///{tmp_path}/catalog.db"
     else:
-        pg = _postgres_uri()
-        if pg is None:
-            pytest.skip("no PostgreSQL on 127.0.0.1:5432")
-        uri = pg
+        uri = require_postgres_uri()
     props = {"type": "sql", "uri": uri, "warehouse": warehouse.as_uri()}
     made: list[Catalog] = []
 

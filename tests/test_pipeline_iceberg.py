@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.drivers import coords, iceberg_config, logged_records, produced, run_cli
 from support.kafka_fixtures import KafkaTestBroker
-from support.pg_fixtures import postgres_uri
+from support.pg_fixtures import require_postgres_uri
 
 from pipeline.app import Pipeline
 from pipeline.tools.generator import GeneratorSpec, produce
@@ -77,9 +77,7 @@ def test_exactly_once_with_dead_letters_restart_and_replay(
 
 
 def test_postgresql_catalog(spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
-    uri = postgres_uri()
-    if uri is None:
-        pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
+    uri = require_postgres_uri()
     topic = kafka_broker.new_topic("pg", 2)
     r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=1000, seed=14))
     cfg = iceberg_config(

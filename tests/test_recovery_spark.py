@@ -29,7 +29,7 @@ from support.drivers import (
     write_config,
 )
 from support.kafka_fixtures import KafkaTestBroker
-from support.pg_fixtures import postgres_uri
+from support.pg_fixtures import require_postgres_uri
 
 from pipeline.app import Pipeline
 from pipeline.commit.instant import InstantState
@@ -71,9 +71,7 @@ def test_driver_killed_at_every_fault_point(
 ) -> None:
     catalog: dict[str, Any] = {"warehouse": str(tmp_path / "warehouse")}
     if catalog_kind == "postgresql":
-        uri = postgres_uri()
-        if uri is None:
-            pytest.skip("no PostgreSQL server answering on 127.0.0.1:5432")
+        uri = require_postgres_uri()
         catalog = {**catalog, "name": f"crash_{os.getpid()}", "uri": uri}
     topic = kafka_broker.new_topic("crash", 3)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic, catalog)

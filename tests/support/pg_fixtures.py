@@ -5,11 +5,15 @@ Thin wrapper over :mod:`pipeline.tools.pgcluster`; never touches the shared serv
 
     from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
 
-:func:`postgres_uri` is the shared server on 5432 (trust auth), when one answers.
+:func:`postgres_uri` is the test server (``INGEST_TEST_POSTGRES``; ``scripts/postgres.sh``
+installs and starts one), when it answers. Under ``INGEST_REQUIRE_POSTGRES=1`` (set by
+``scripts/run-tests.sh``, so in CI) a test that needs PostgreSQL and cannot have it fails
+instead of skipping.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -23,8 +27,25 @@ from pipeline.tools.pgcluster import (
 
 
 def postgres_uri() -> str | None:
-    """A reachable PostgreSQL catalog URI (trust auth on 127.0.0.1:5432), else None."""
+    """A reachable PostgreSQL catalog URI (trust auth), else None."""
     return shared_server_uri()
+
+
+def no_postgres(why: str) -> None:
+    """Skip for ``why``, or fail when PostgreSQL is required (CI)."""
+    if os.environ.get("INGEST_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"PostgreSQL is required here (INGEST_REQUIRE_POSTGRES=1): {why}")
+    pytest.skip(why)
+
+
+def require_postgres_uri() -> str:
+    """The test server's SQLAlchemy URI, or skip / fail (see :func:`no_postgres`)."""
+    uri = postgres_uri()
+    if uri is None:
+        where = os.environ.get("INGEST_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+        no_postgres(f"no PostgreSQL server answering at {where} (scripts/postgres.sh starts one)")
+    assert uri is not None
+    return uri
 
 
 @pytest.fixture(name="pg_cluster")
@@ -32,11 +53,11 @@ def pg_cluster_fixture() -> Iterator[PgCluster]:
     """A fresh cluster on a free port, dropped (with its data) after the test."""
     why = available()
     if why is not None:
-        pytest.skip(f"no private PostgreSQL cluster possible: {why}")
+        no_postgres(f"no private PostgreSQL cluster possible: {why}")
     try:
         cluster = PgCluster.create()
     except PgClusterUnavailable as e:
-        pytest.skip(f"no private PostgreSQL cluster possible: {e}")
+        no_postgres(f"no private PostgreSQL cluster possible: {e}")
     try:
         yield cluster
     finally:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# PostgreSQL for the catalog tests: installs Debian's postgresql when missing (as root),
+# then creates and starts a cluster of the project's own ("ingest", port 54329, trust
+# authentication on 127.0.0.1 only, database "test") without touching any other cluster.
+# Prints the libpq URI of that database; sourced or run by run-tests.sh.
+set -euo pipefail
+PORT="${INGEST_PG_PORT:-54329}"
+NAME=ingest
+if ! command -v pg_createcluster >/dev/null 2>&1 || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
+  [ "$(id -u)" = 0 ] || { echo "postgres: PostgreSQL is not installed (apt-get install postgresql, as root)" >&2; exit 1; }
+  echo "postgres: installing Debian's postgresql" >&2
+  if [ ! -f /tmp/.ingest-apt-updated ]; then apt-get update -qq && touch /tmp/.ingest-apt-updated; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
+VERSION="$(ls /etc/postgresql | sort -n | tail -1)"
+if [ ! -d "/etc/postgresql/$VERSION/$NAME" ]; then
+  pg_createcluster "$VERSION" "$NAME" -p "$PORT" -- --auth=trust >/dev/null
+fi
+if ! pg_lsclusters -h | awk -v v="$VERSION" -v n="$NAME" '$1==v && $2==n {print $4}' | grep -q online; then
+  pg_ctlcluster --skip-systemctl-redirect "$VERSION" "$NAME" start
+fi
+for _ in $(seq 1 100); do
+  if su postgres -c "psql -h 127.0.0.1 -p $PORT -d postgres -Atqc 'select 1'" >/dev/null 2>&1; then break; fi
+  sleep 0.2
+done
+if ! su postgres -c "psql -h 127.0.0.1 -p $PORT -d postgres -Atqc \"select 1 from pg_database where datname='test'\"" | grep -q 1; then
+  su postgres -c "createdb -h 127.0.0.1 -p $PORT test"
+fi
+echo "postgresql://postgres@127.0.0.1:$PORT/test"

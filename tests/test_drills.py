@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
 from pipeline.tools.broker import KAFKA_VERSION
 from pipeline.tools.drill.harness import broker_info
@@ -115,6 +116,37 @@ def test_the_report_states_the_broker() -> None:
     console = Console(width=200, record=True)
     console.print(summary_table([DrillResult("kill", "iceberg")], own["description"]))
     assert f"broker: Apache Kafka {KAFKA_VERSION}, 3 brokers" in console.export_text()
+
+
+def test_records_acknowledged_without_an_offset_are_counted_per_partition() -> None:
+    """librdkafka reports a retried batch the broker already had (DUPLICATE_SEQUENCE_NUMBER,
+    seen after every node was SIGKILLed) as delivered with no offset: the producer counts
+    such records per partition, and the count places them on the tables' records at
+    offsets no acknowledgement named, in that partition only."""
+    from pipeline.tools.drill.count import tally
+    from pipeline.tools.drill.harness import RateProducer
+
+    producer = RateProducer("localhost:9092", "t", 2, 1.0, seed=1)
+    for part, off in ((0, 0), (0, None), (0, 2), (1, 0), (1, None)):
+        producer.delivered(part, off)
+    assert producer.produced == 5
+    assert producer.expected() == {TopicPartition("t", 0): [0, 2], TopicPartition("t", 1): [0]}
+    assert producer.unplaced_counts() == {TopicPartition("t", 0): 1, TopicPartition("t", 1): 1}
+    # partition 1's unplaced record comes after its last known offset: the drain waits for it
+    assert producer.ends() == {TopicPartition("t", 0): 3, TopicPartition("t", 1): 2}
+
+    want = {("t", 0, 0), ("t", 0, 2), ("t", 1, 0)}
+    seen = {("t", 0, 0): 1, ("t", 0, 1): 1, ("t", 0, 2): 1, ("t", 1, 0): 1}
+    c = tally(seen, want, {})
+    assert (c.expected, c.present, c.missing, c.unexpected) == (3, 4, 0, 1)
+    c = tally(seen, want, {("t", 0): 1})
+    assert (c.expected, c.present, c.missing, c.unexpected, c.duplicated) == (4, 4, 0, 0, 0)
+    c = tally(seen, want, {("t", 0): 2})  # one of them is not in the tables
+    assert (c.missing, c.unexpected) == (1, 0)
+    c = tally(seen, want, {("t", 1): 1})  # partition 0's extra record is no match for it
+    assert (c.missing, c.unexpected) == (1, 1)
+    c = tally({**seen, ("t", 0, 1): 2}, want, {("t", 0): 1})  # a copy twice is a duplicate
+    assert (c.missing, c.unexpected, c.duplicated) == (0, 0, 1)
 
 
 def test_kill_and_zombie_drills_run_with_background_compaction(tmp_path: Path) -> None:

@@ -489,10 +489,8 @@ def test_retention_after_commit_is_unverifiable_not_missing(
     lake: Lake, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # last in the module: deleting records cannot be undone (same cut in both formats)
-    if lake.broker.embedded is None:
-        pytest.skip("deleting records needs the embedded broker (the admin API is not used)")
     cut = 25
-    lake.broker.embedded.delete_records(lake.topic, 0, cut)
+    lake.broker.own().delete_records(lake.topic, 0, cut)
     report = _verify(lake)
     v = report.partitions[TopicPartition(lake.topic, 0)]
     assert v.unverifiable == cut and v.missing == 0 and v.unexpected == 0
@@ -534,8 +532,6 @@ def test_status_after_a_data_loss_stop(
     from pipeline.formats.both import DualTables
 
     lake = lakes["iceberg"]
-    if lake.broker.embedded is None:
-        pytest.skip("deleting records needs the embedded broker")
     assert "running" in lake.run_states  # recorded once the fixture's query had started
     assert read_run_state(lake.cfg).state == "stopped"  # then a clean stop
     # retention deletes records the pipeline has not read yet: partition 1 loses them
@@ -544,7 +540,7 @@ def test_status_after_a_data_loss_stop(
     )
     committed = lake.expected_per_partition()[1] + min(lake.produced.offsets[(lake.topic, 1)])
     head = more.offsets[(lake.topic, 1)][1] + 1
-    lake.broker.embedded.delete_records(lake.topic, 1, head)
+    lake.broker.own().delete_records(lake.topic, 1, head)
     with pytest.raises(Exception) as failed:
         Pipeline(lake.cfg, spark).run(timeout_s=120)
     line = find_pipeline_error(failed.value)

@@ -82,27 +82,52 @@ def _table_sets(cfg: PipelineConfig) -> list[Iterator[pa.RecordBatch]]:
     ]
 
 
-def _count(batches: Iterator[pa.RecordBatch], want: set[tuple[str, int, int]]) -> Count:
+def _count(
+    batches: Iterator[pa.RecordBatch],
+    want: set[tuple[str, int, int]],
+    unplaced: Mapping[tuple[str, int], int],
+) -> Count:
     seen: Counter[tuple[str, int, int]] = Counter()
     for b in batches:
         cols = [b.column(c).to_pylist() for c in COORDS]
         seen.update(zip(*cols, strict=True))
+    return tally(seen, want, unplaced)
+
+
+def tally(
+    seen: Mapping[tuple[str, int, int], int],
+    want: set[tuple[str, int, int]],
+    unplaced: Mapping[tuple[str, int], int],
+) -> Count:
+    """``seen`` (coordinate -> copies in the tables) against ``want`` (acknowledged
+    offsets) and ``unplaced`` ((topic, partition) -> records acknowledged without an
+    offset): a partition's records at offsets no acknowledgement named are its unplaced
+    records, up to their number; more are unexpected, fewer leave the rest missing."""
+    extra: Counter[tuple[str, int]] = Counter((t, p) for t, p, _ in seen.keys() - want)
+    placed = {tp: min(n, extra[tp]) for tp, n in unplaced.items()}
     return Count(
-        expected=len(want),
+        expected=len(want) + sum(unplaced.values()),
         present=sum(seen.values()),
-        missing=len(want - seen.keys()),
+        missing=len(want - seen.keys()) + sum(n - placed[tp] for tp, n in unplaced.items()),
         duplicated=sum(n - 1 for n in seen.values() if n > 1),
-        unexpected=len(seen.keys() - want),
+        unexpected=sum(extra.values()) - sum(placed.values()),
     )
 
 
-def count_against(cfg: PipelineConfig, expected: Mapping[TopicPartition, Iterable[int]]) -> Count:
-    """Every table set counted against ``expected``; with two main tables (``both``) the
-    problems add up and ``present`` is the smaller table's."""
+def count_against(
+    cfg: PipelineConfig,
+    expected: Mapping[TopicPartition, Iterable[int]],
+    unplaced: Mapping[TopicPartition, int] | None = None,
+) -> Count:
+    """Every table set counted against ``expected`` (acknowledged offsets) and
+    ``unplaced`` (per partition, records acknowledged without an offset: see
+    :func:`tally`); with two main tables (``both``) the problems add up and ``present``
+    is the smaller table's."""
     want = {(tp.topic, tp.partition, o) for tp, offs in expected.items() for o in offs}
-    counts = [_count(batches, want) for batches in _table_sets(cfg)]
+    loose = {(tp.topic, tp.partition): n for tp, n in (unplaced or {}).items() if n}
+    counts = [_count(batches, want, loose) for batches in _table_sets(cfg)]
     return Count(
-        expected=len(want),
+        expected=len(want) + sum(loose.values()),
         present=min(c.present for c in counts),
         missing=sum(c.missing for c in counts),
         duplicated=sum(c.duplicated for c in counts),

@@ -186,7 +186,7 @@ class FilesRun:
         self.sample()
         self._start_verify()
         self._finish_verify()
-        own = count_against(rig.cfg, rig.producer.expected())
+        own = count_against(rig.cfg, rig.producer.expected(), rig.producer.unplaced_counts())
         rig.result.committed, rig.result.missing = own.present, own.missing
         rig.result.duplicated, rig.result.verifier = own.duplicated, "ingest verify + drill count"
         rig.count_outcomes()  # compaction commits seen (a problem when none)

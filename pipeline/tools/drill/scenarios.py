@@ -302,8 +302,8 @@ def _supervise(rig: Rig, seconds: float) -> None:
 # (4 s here), then its partitions get new leaders; a restart takes ~3-5 s, the whole
 # cluster's ~6-8 s. Bounds for those waits, generous for a loaded host.
 BROKER_TIMEOUT_S = 120.0
-LEADER_DOWN_S = 8.0  # the killed leader stays down this long
-PAUSE_S = 10.0  # the paused leader stays frozen this long
+LEADER_DOWN_S = 8.0  # the killed leader stays down at least this long
+PAUSE_S = 10.0  # the paused leader stays frozen at least this long
 OUTAGE_S = 10.0  # every node down this long
 
 
@@ -360,7 +360,9 @@ def _busiest_leader(rig: Rig, kafka: KafkaCluster) -> tuple[int, list[int]]:
     return node, led[node]
 
 
-def _leaders_moved_off(rig: Rig, kafka: KafkaCluster, node: int, since: float) -> None:
+def _leaders_moved_off(
+    rig: Rig, kafka: KafkaCluster, node: int, led: list[int], since: float
+) -> None:
     """Wait until no partition is led by ``node`` (the controller fenced it and elected
     new leaders from the in-sync replicas); note how long that took since the fault."""
     _await_partitions(
@@ -370,7 +372,7 @@ def _leaders_moved_off(rig: Rig, kafka: KafkaCluster, node: int, since: float) -
         f"for the partitions of node {node} to get new leaders",
     )
     rig.result.notes.append(
-        f"leaders moved off node {node} {rig.now() - since:.1f}s after the fault"
+        f"partitions {led} got new leaders {rig.now() - since:.1f}s after the fault on node {node}"
     )
 
 
@@ -393,14 +395,15 @@ def broker_outage(rig: Rig) -> None:
     """Real broker faults on the drill's 3-node cluster (replication factor 3,
     ``min.insync.replicas`` 2), one after the other, each from a whole cluster:
 
-    1. the node leading the most partitions is SIGKILLed mid-batch and stays down 8 s
-       (the controller fences it after ~4 s and elects new leaders from the in-sync
-       replicas; the pipeline must commit without it), then restarts;
+    1. the node leading the most partitions is SIGKILLed mid-batch (the controller
+       fences it after ~4 s and elects new leaders from the in-sync replicas); it stays
+       down until the pipeline committed without it, 8 s at least, then restarts;
     2. a preferred leader election moves those partitions back to it: leaders change
        mid-batch with no node lost;
-    3. the node leading the most partitions is SIGSTOPped for 10 s (a long GC pause or a
-       hung host: its connections stay open and nothing answers; it is fenced and its
-       partitions move), then SIGCONTed and rejoins;
+    3. the node leading the most partitions is SIGSTOPped (a long GC pause or a hung
+       host: its connections stay open and nothing answers; it is fenced and its
+       partitions move) until the pipeline committed without it, 10 s at least, then
+       SIGCONTed; it rejoins;
     4. every node is SIGKILLed, the cluster is down 10 s, then all nodes restart
        together (the KRaft quorum needs a majority).
 
@@ -414,17 +417,17 @@ def broker_outage(rig: Rig) -> None:
     node, led = _busiest_leader(rig, kafka)
     t_kill = rig.now()
     kafka.kill(node)
-    rig.event("broker-kill", f"SIGKILL node {node}, leader of partitions {led}, down 8 s")
-    _leaders_moved_off(rig, kafka, node, t_kill)
+    rig.event("broker-kill", f"SIGKILL node {node} ({len(led)} leaders)")
+    _leaders_moved_off(rig, kafka, node, led, t_kill)
     rig.recovery_from_now()
     _wait_recovered(rig, COMMIT_TIMEOUT_S, f"for a commit with node {node} down")
     _supervise(rig, LEADER_DOWN_S - (rig.now() - t_kill))
     kafka.restart(node)
-    rig.event("broker-restart", f"node {node}")
+    rig.event("broker-restart", f"node {node}, {rig.now() - t_kill:.0f} s down")
     _await_healthy(rig, kafka)
     # 2. leaders move, no node lost
     moved = _elect_preferred(kafka, rig.topic, parts)
-    rig.event("leader-change", f"{moved} partition(s) back to node {node} (preferred election)")
+    rig.event("leader-change", f"preferred: {moved} to node {node}")
     if moved == 0:
         rig.result.problems.append(f"the preferred leader election moved no partition to {node}")
     rig.recovery_from_now()
@@ -434,20 +437,20 @@ def broker_outage(rig: Rig) -> None:
     node, led = _busiest_leader(rig, kafka)
     t_pause = rig.now()
     kafka.pause(node)
-    rig.event("broker-pause", f"SIGSTOP node {node}, leader of partitions {led}, for 10 s")
-    _leaders_moved_off(rig, kafka, node, t_pause)
+    rig.event("broker-pause", f"SIGSTOP node {node} ({len(led)} leaders)")
+    _leaders_moved_off(rig, kafka, node, led, t_pause)
     rig.recovery_from_now()
     _wait_recovered(rig, COMMIT_TIMEOUT_S, f"for a commit with node {node} frozen")
     _supervise(rig, PAUSE_S - (rig.now() - t_pause))
     kafka.resume(node)
-    rig.event("broker-resume", f"SIGCONT node {node}")
+    rig.event("broker-resume", f"SIGCONT node {node}, {rig.now() - t_pause:.0f} s frozen")
     _await_healthy(rig, kafka)
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
     # 4. the whole cluster goes down
     nodes = kafka.node_ids()
     for n in nodes:
         kafka.kill(n)
-    rig.event("broker-down", f"all {len(nodes)} nodes SIGKILLed, down 10 s")
+    rig.event("broker-down", f"SIGKILL all {len(nodes)} nodes, 10 s")
     _supervise(rig, OUTAGE_S)
     rig.recovery_from_now()  # the clock starts when the nodes are asked to start
     t_up = rig.now()

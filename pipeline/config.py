@@ -35,6 +35,16 @@ class _Model(BaseModel):
     )
 
 
+# librdkafka settings whose values are secrets (sasl.password, ssl.key.password,
+# sasl.oauthbearer.client.secret, sasl.jaas.config ...): never shown by a repr or a log line
+_SECRET_SETTING = re.compile(r"password|secret|jaas|token|credential|ssl\.key\.pem", re.I)
+
+
+def masked_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with the values of secret-looking keys replaced by ``***``."""
+    return {k: ("***" if _SECRET_SETTING.search(k) else v) for k, v in settings.items()}
+
+
 class FieldConfig(_Model):
     name: str = Field(min_length=1)
     type: str
@@ -64,6 +74,10 @@ class SourceConfig(_Model):
     # how long planning and reading wait for an unreachable broker before the query fails
     broker_retry_seconds: int = Field(default=120, ge=0)
     kafka: dict[str, str] = Field(default_factory=dict)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (masked_settings(value) if name == "kafka" else value)
 
     @field_validator("kafka", mode="before")
     @classmethod

@@ -169,8 +169,9 @@ def reconcile(
             if fail_on_data_loss:
                 raise DataLossError(
                     f"partition {tp}: next offset {offset} is below the log start offset "
-                    f"{b.low}; records [{offset}, {b.low}) were deleted by retention before "
-                    "they were ingested (set failOnDataLoss=false to skip them)"
+                    f"{b.low}; records [{offset}, {b.low}) ({b.low - offset} records) were "
+                    "deleted by retention before they were ingested (set failOnDataLoss=false "
+                    "to skip them)"
                 )
             result.data_loss[tp] = (offset, b.low)
             offset = b.low

@@ -351,12 +351,15 @@ class KafkaCluster:
 
     def add_scram_user(self, user: str, password: str) -> None:
         """Create (or update) a SCRAM-SHA-256 and -512 user for the SASL listeners."""
-        upserts: list[UserScramCredentialAlteration] = [
-            UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 4096), password.encode())
-            for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
-        ]
-        for fut in self.admin().alter_user_scram_credentials(upserts).values():
-            _result(fut)
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            # one alteration per user and request (DUPLICATE_RESOURCE otherwise)
+            upsert: list[UserScramCredentialAlteration] = [
+                UserScramCredentialUpsertion(
+                    user, ScramCredentialInfo(mechanism, 4096), password.encode()
+                )
+            ]
+            for fut in self.admin().alter_user_scram_credentials(upsert).values():
+                _result(fut)
 
     def leader(self, topic: str, partition: int) -> int:
         """Node id leading ``topic``/``partition`` now (-1: none)."""

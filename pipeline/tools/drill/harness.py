@@ -78,10 +78,6 @@ class DrillBroker:
         else:
             self.bootstrap_servers = bootstrap
 
-    def info(self) -> dict[str, Any]:
-        """What the drill runs on, for the report (:func:`broker_info`)."""
-        return broker_info(None if self.kafka is not None else self.bootstrap_servers, self.kafka)
-
     def create_topic(self, topic: str, partitions: int) -> None:
         """Create ``topic``; return once every partition has a leader. On the drill's own
         cluster with its replication factor; on an external one with the cluster's
@@ -119,11 +115,11 @@ class DrillBroker:
             self.kafka.stop()
 
 
-def broker_info(bootstrap: str | None, kafka: KafkaCluster | None = None) -> dict[str, Any]:
-    """The broker a drill runs on, as the report states it: the Kafka version, the number
-    of brokers and the topics' replication factor of the drill's own cluster (``kafka``,
-    else the settings of the one :class:`DrillBroker` starts), or "external" for
-    ``bootstrap``. ``description``: the same in one line (table title, report)."""
+def broker_info(bootstrap: str | None) -> dict[str, Any]:
+    """The broker drills run on, as the report states it: the Kafka version, the number of
+    brokers, the topics' replication factor and ``min.insync.replicas`` of the cluster a
+    :class:`DrillBroker` starts, or "external" for ``bootstrap``. ``description``: the
+    same in one line (table caption, report)."""
     if bootstrap is not None:
         return {
             "kind": "external",
@@ -133,7 +129,7 @@ def broker_info(bootstrap: str | None, kafka: KafkaCluster | None = None) -> dic
             "replication_factor": "external",
             "description": f"external Kafka cluster {bootstrap} (broker faults skipped)",
         }
-    c = kafka if kafka is not None else KafkaCluster(DRILL_BROKERS)  # not started: settings
+    c = KafkaCluster(DRILL_BROKERS)  # not started: its settings only
     return {
         "kind": "local",
         "kafka_version": KAFKA_VERSION,

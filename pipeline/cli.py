@@ -218,7 +218,8 @@ def demo(
     malformed: Annotated[float, typer.Option(help="fraction of malformed events")] = 0.01,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 600.0,
 ) -> None:
-    """Embedded broker + event generator + pipeline into LAKE, then verify exactly-once."""
+    """Apache Kafka (one KRaft node, its own JVM; its log under LAKE/kafka) + event generator
+    + pipelines into LAKE (Iceberg, then Hudi), then verify exactly-once."""
     from pipeline.tools.demo import run_demo
 
     _setup_logging(False)
@@ -461,7 +462,7 @@ def drill(
         Path, typer.Option("--out", help="report.json, timeline.png, work dirs")
     ] = Path("./drills"),
     bootstrap: Annotated[
-        str | None, typer.Option(help="external Kafka; default: embedded 3-broker cluster")
+        str | None, typer.Option(help="external Kafka; default: 3 Apache Kafka nodes (KRaft)")
     ] = None,
     keep_work: Annotated[bool, typer.Option(help="keep work dirs of passing drills")] = False,
     work: Annotated[
@@ -592,9 +593,7 @@ def _soak(
 
 @app.command()
 def bench(
-    quick: Annotated[
-        bool, typer.Option(help="smoke preset (~3-4 min); default: full (~40 min)")
-    ] = False,
+    quick: Annotated[bool, typer.Option(help="smoke preset; default: full (~60 min)")] = False,
     only: Annotated[
         list[str] | None,
         typer.Option(
@@ -612,7 +611,7 @@ def bench(
         ),
     ] = None,
     bootstrap: Annotated[
-        str | None, typer.Option(help="external Kafka; default: embedded broker")
+        str | None, typer.Option(help="external Kafka; default: its own one-node Apache Kafka")
     ] = None,
     work: Annotated[Path | None, typer.Option(help="keep run dirs and logs here")] = None,
     profile: Annotated[

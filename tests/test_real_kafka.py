@@ -30,8 +30,8 @@ from support.drivers import Coord, coords, pipeline_config, produced
 from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
-from pipeline.commit.offsets import TopicPartition as TP
 from pipeline.commit.checkpoint import DATA_LOSS_KEY
+from pipeline.commit.offsets import TopicPartition as TP
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
 from pipeline.tools.generator import GeneratorSpec, generate_events, produce

@@ -50,6 +50,7 @@ _DEFAULTS = {
     "queued.max.messages.kbytes": "262144",
     "socket.keepalive.enable": "true",
 }
+_RETRIED_ATTEMPT_S = 5.0
 _FORBIDDEN = {"group.instance.id", "enable.auto.commit", "auto.offset.reset"}
 
 
@@ -104,8 +105,10 @@ class KafkaMetadata:
     ) -> None:
         self._conf = dict(consumer_conf)
         self._retry_s = max(0.0, retry_s)  # 0: one attempt (status, metrics, start-up)
-        # one attempt never outlasts the patience by much: the deadline stays meaningful
-        self._timeout = min(timeout_s, max(5.0, self._retry_s)) if self._retry_s else timeout_s
+        # Retried attempts are short: a request to a leader that just died waits for it
+        # until the attempt times out, while a new attempt asks the new leader (drills on
+        # real Kafka: a 30 s attempt held planning 30 s after a leader's SIGKILL).
+        self._timeout = min(timeout_s, _RETRIED_ATTEMPT_S) if self._retry_s else timeout_s
         # Connection failures surface as our own one-line errors; librdkafka's per-retry
         # log lines on stderr would bury them.
         self._admin = AdminClient({**admin_config(self._conf), "log_level": 2})

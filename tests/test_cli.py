@@ -30,6 +30,9 @@ def test_broker_and_produce_commands() -> None:
     )
     try:
         assert broker.stdout is not None
+        head = broker.stdout.readline()
+        assert head.startswith("Apache Kafka 4.") and "1 node(s)" in head, head
+        data_dir = Path(head.rsplit("data in ", 1)[1].strip())
         line = broker.stdout.readline()
         assert line.startswith("bootstrap servers: "), line
         bootstrap = line.split(": ", 1)[1].strip()
@@ -71,6 +74,7 @@ def test_broker_and_produce_commands() -> None:
         broker.send_signal(signal.SIGINT)
         broker.wait(30)
     assert broker.returncode == 0
+    assert not data_dir.exists()  # a clean stop removes its own temporary log directory
 
 
 def test_missing_java_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -30,11 +30,12 @@ from confluent_kafka import TopicPartition as KTopicPartition
 
 from pipeline.commit.offsets import OffsetRange, TopicPartition
 from pipeline.errors import BrokerUnavailableError, DataLossError
+from pipeline.kafka.client import fetch_sizing
 from pipeline.source.consumers import POOL
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # bound on the wake-up request of a read (brokers down: the read's stall timeout applies)
-_WAKE_TIMEOUT_S = 5.0
+_WAKE_TIMEOUT_S = 1.0  # the stall it saves is 1 s: never wait longer than that
 
 
 def record_schema(include_headers: bool) -> pa.Schema:
@@ -122,7 +123,8 @@ def read_ranges(
     if not todo:
         return
     schema = record_schema(include_headers)
-    with POOL.lease(consumer_conf) as consumer:
+    conf = {**fetch_sizing(max(r.size for r in todo.values())), **consumer_conf}
+    with POOL.lease(conf) as consumer:
         assignment = [KTopicPartition(tp.topic, tp.partition, r.start) for tp, r in todo.items()]
         consumer.assign(assignment)
         consumer.resume(assignment)  # a kept consumer's partitions may still be paused
@@ -130,6 +132,9 @@ def read_ranges(
         # last read and only notice the new fetch positions at their next wake-up, up to
         # 1 s later (librdkafka debug log: "start fetching", then "fetchable" exactly 1 s
         # after). One ListOffsets request per leader does it; the answer is not needed.
+        # Measured on Apache Kafka 4.1, 76 reads of 4 x 500 records each way: without it
+        # 6 reads took over 1 s, with it none. ListOffsets needs only Describe on the
+        # topic, which Read implies; a slow leader holds it at most _WAKE_TIMEOUT_S.
         with contextlib.suppress(KafkaException):
             consumer.offsets_for_times(
                 [KTopicPartition(p.topic, p.partition, OFFSET_END) for p in assignment],

@@ -1,4 +1,4 @@
-"""Kafka brokers for tests: real Apache Kafka (docs/testing.md, "Kafka").
+"""Kafka brokers for tests: real Apache Kafka (README, "Tests").
 
 Not a conftest: ``conftest.py`` wraps these in session fixtures::
 

@@ -55,7 +55,7 @@ from confluent_kafka.admin import (
 from pipeline.errors import EnvironmentProblem
 from pipeline.tools import jvm
 
-__all__ = ["KAFKA_VERSION", "KafkaCluster", "run_broker_forever"]
+__all__ = ["KAFKA_VERSION", "KafkaCluster", "await_leaders", "run_broker_forever"]
 
 _READY_TIMEOUT_S = 60.0
 _ADMIN_TIMEOUT_S = 30.0
@@ -514,6 +514,23 @@ def _led(t: Any, partitions: int) -> bool:
         and len(t.partitions) >= partitions
         and all(p.leader >= 0 and p.error is None for p in t.partitions.values())
     )
+
+
+def await_leaders(
+    admin: AdminClient, topic: str, partitions: int, timeout_s: float = _ADMIN_TIMEOUT_S
+) -> None:
+    """Return once ``topic`` has at least ``partitions`` partitions, each with a leader (any
+    cluster: ours or an external one); ``TimeoutError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        t = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if t is not None and _led(t, partitions):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"topic {topic!r}: no leader for every partition after {timeout_s:.0f}s"
+            )
+        time.sleep(0.1)
 
 
 def _result(fut: Any) -> Any:

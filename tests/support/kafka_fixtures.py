@@ -17,7 +17,6 @@ SIGSTOP.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.tools.broker import KafkaCluster
+from pipeline.tools.broker import KafkaCluster, await_leaders
 
 __all__ = [
     "KafkaTestBroker",
@@ -66,7 +65,7 @@ class KafkaTestBroker:
             err = exc.args[0] if exc.args else None
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise
-        _wait_for_leaders(admin, topic, partitions)
+        await_leaders(admin, topic, partitions)
 
     def new_topic(
         self, prefix: str, partitions: int, config: Mapping[str, str] | None = None
@@ -81,23 +80,6 @@ class KafkaTestBroker:
         if self.cluster is None:
             pytest.skip(f"needs the project's own Kafka processes, not the {self.kind} broker")
         return self.cluster
-
-
-def _wait_for_leaders(admin: AdminClient, topic: str, partitions: int) -> None:
-    deadline = time.monotonic() + _TOPIC_TIMEOUT_S
-    while True:
-        md = admin.list_topics(topic, timeout=5)
-        tmd = md.topics.get(topic)
-        if (
-            tmd is not None
-            and tmd.error is None
-            and len(tmd.partitions) >= partitions
-            and all(p.leader >= 0 and p.error is None for p in tmd.partitions.values())
-        ):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic!r} has no leader for every partition yet")
-        time.sleep(0.1)
 
 
 def docker_available(timeout_s: float = 3.0) -> bool:

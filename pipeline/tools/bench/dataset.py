@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.errors import PipelineError
 from pipeline.kafka.client import consumer_config
+from pipeline.tools.broker import await_leaders
 from pipeline.tools.generator import GeneratorSpec, produce
 
 PRODUCER_CONFIG = {"compression.type": "zstd", "linger.ms": "20", "batch.size": "1000000"}
@@ -112,7 +113,7 @@ class BenchBroker:
         new = NewTopic(topic, partitions, -1, config=dict(TOPIC_CONFIG))
         for fut in admin.create_topics([new], operation_timeout=30).values():
             fut.result(timeout=30)
-        _await_leaders(admin, topic, partitions)
+        await_leaders(admin, topic, partitions)
 
     def watermarks(self, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
         consumer = Consumer(consumer_config(self.bootstrap_servers, client_id="bench-check"))
@@ -150,22 +151,6 @@ def _node_processes(cluster: Any) -> list[psutil.Process]:
             f"found {len(found)} Kafka node process(es) of {cluster.num_brokers} under {home}"
         )
     return found
-
-
-def _await_leaders(admin: AdminClient, topic: str, partitions: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        t = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if (
-            t is not None
-            and t.error is None
-            and len(t.partitions) >= partitions
-            and all(p.leader >= 0 and p.error is None for p in t.partitions.values())
-        ):
-            return
-        if time.monotonic() > deadline:
-            raise PipelineError(f"topic {topic}: no leader for every partition after 30 s")
-        time.sleep(0.1)
 
 
 @dataclass(frozen=True)

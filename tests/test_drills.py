@@ -21,7 +21,7 @@ from rich.console import Console
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
 from pipeline.tools.broker import KAFKA_VERSION
-from pipeline.tools.drill.harness import broker_info
+from pipeline.tools.drill.harness import broker_info, nodes_for
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Sample
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
 from pipeline.tools.drill.runner import DrillOptions, run_drills, select
@@ -101,21 +101,26 @@ def test_report_json_and_png_from_a_result(tmp_path: Path) -> None:
 
 
 def test_the_report_states_the_broker() -> None:
-    """The drills' own cluster: Kafka version, 3 brokers, replication factor 3,
-    min.insync.replicas 2; an external one is "external"; the table says which."""
+    """The drills' own clusters: Kafka version, one broker for driver faults, three
+    (replication factor 3, min.insync.replicas 2) for broker faults; an external one is
+    "external"; the table says which."""
     own = broker_info(None)
-    assert (own["kind"], own["kafka_version"], own["brokers"]) == ("local", KAFKA_VERSION, 3)
-    assert (own["replication_factor"], own["min_insync_replicas"]) == (3, 2)
+    assert (own["kind"], own["kafka_version"], own["brokers"]) == ("local", KAFKA_VERSION, 1)
+    assert (own["broker_fault_brokers"], own["broker_fault_replication_factor"]) == (3, 3)
+    assert own["broker_fault_min_insync_replicas"] == 2
     assert own["description"] == (
-        f"Apache Kafka {KAFKA_VERSION}, 3 brokers (KRaft, local JVMs), replication factor 3, "
-        "min.insync.replicas 2"
+        f"Apache Kafka {KAFKA_VERSION} (KRaft, local JVMs): 1 broker; broker faults on 3 "
+        "brokers, replication factor 3, min.insync.replicas 2"
     )
+    assert nodes_for("broker-outage") == 3 and nodes_for("kill") == 1
     ext = broker_info("kafka-1:9092")
     assert ext["kind"] == ext["kafka_version"] == ext["replication_factor"] == "external"
     assert ext["bootstrap_servers"] == "kafka-1:9092"
     console = Console(width=200, record=True)
     console.print(summary_table([DrillResult("kill", "iceberg")], own["description"]))
-    assert f"broker: Apache Kafka {KAFKA_VERSION}, 3 brokers" in console.export_text()
+    assert f"broker: Apache Kafka {KAFKA_VERSION} (KRaft, local JVMs): 1 broker" in (
+        console.export_text()
+    )
 
 
 def test_records_acknowledged_without_an_offset_are_counted_per_partition() -> None:
@@ -268,7 +273,7 @@ def test_file_economy_summary_and_plot(tmp_path: Path) -> None:
 @pytest.mark.timeout(1200)
 def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
     report = _run(tmp_path, "fast", [], kills=2)
-    assert report["broker"] == broker_info(None)  # the drills' own 3-node cluster
+    assert report["broker"] == broker_info(None)  # the drills' own clusters
     by_name = {d["scenario"]: d for d in report["drills"]}
     kill, ckpt = by_name["kill"], by_name["checkpoint-deleted"]
     for d in (kill, ckpt):
@@ -297,7 +302,7 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     # executor-loss: 2 worker+executor SIGKILLs per format (mid-write, then mid-commit)
     report = _run(out, "full", [], kills=20, standby_kills=3, executor_kills=2)
     assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
-    assert report["broker"] == broker_info(None)  # the drills' own 3-node cluster
+    assert report["broker"] == broker_info(None)  # the drills' own clusters
     ran = [d for d in report["drills"] if d["verdict"] != "skipped"]
     for d in ran:
         assert d["missing"] == 0 and d["duplicated"] == 0, d["scenario"]

@@ -61,14 +61,26 @@ class DrillTimeout(PipelineError):
     code = "drill-timeout"
 
 
-DRILL_BROKERS = 3  # KafkaCluster(3): replication factor 3, min.insync.replicas 2
+# Drills of driver, executor and catalog faults run on one Kafka node; drills of broker
+# faults on three (replication factor 3, min.insync.replicas 2), whose start, restarts and
+# replication would otherwise cost every drill (and CI) minutes.
+DRILL_BROKERS = 1
+BROKER_FAULT_BROKERS = 3
+BROKER_FAULT_SCENARIOS = frozenset({"broker-outage"})
+
+
+def nodes_for(scenario: str) -> int:
+    """Kafka nodes the drill of ``scenario`` starts."""
+    return BROKER_FAULT_BROKERS if scenario in BROKER_FAULT_SCENARIOS else DRILL_BROKERS
+
+
 _EXTERNAL_TIMEOUT_S = 30.0
 
 
 class DrillBroker:
-    """A :class:`KafkaCluster` of :data:`DRILL_BROKERS` nodes started for the drill
-    (default; ``kafka`` is it, for broker faults) or an external cluster given by
-    ``bootstrap`` (``kafka`` is None)."""
+    """A :class:`KafkaCluster` of ``brokers`` nodes started for the drill (default;
+    ``kafka`` is it, for broker faults) or an external cluster given by ``bootstrap``
+    (``kafka`` is None)."""
 
     def __init__(self, bootstrap: str | None = None, brokers: int = DRILL_BROKERS) -> None:
         self.kafka: KafkaCluster | None = None
@@ -129,17 +141,21 @@ def broker_info(bootstrap: str | None) -> dict[str, Any]:
             "replication_factor": "external",
             "description": f"external Kafka cluster {bootstrap} (broker faults skipped)",
         }
-    c = KafkaCluster(DRILL_BROKERS)  # not started: its settings only
+    c = KafkaCluster(DRILL_BROKERS)  # not started: their settings only
+    f = KafkaCluster(BROKER_FAULT_BROKERS)
     return {
         "kind": "local",
         "kafka_version": KAFKA_VERSION,
         "brokers": c.num_brokers,
         "replication_factor": c.replication_factor,
         "min_insync_replicas": c.min_insync_replicas,
+        "broker_fault_brokers": f.num_brokers,
+        "broker_fault_replication_factor": f.replication_factor,
+        "broker_fault_min_insync_replicas": f.min_insync_replicas,
         "description": (
-            f"Apache Kafka {KAFKA_VERSION}, {c.num_brokers} brokers (KRaft, local JVMs), "
-            f"replication factor {c.replication_factor}, "
-            f"min.insync.replicas {c.min_insync_replicas}"
+            f"Apache Kafka {KAFKA_VERSION} (KRaft, local JVMs): {c.num_brokers} broker; "
+            f"broker faults on {f.num_brokers} brokers, replication factor "
+            f"{f.replication_factor}, min.insync.replicas {f.min_insync_replicas}"
         ),
     }
 
@@ -481,9 +497,10 @@ class Rig:
     def _setup(
         self, spec: DrillSpec, workdir: Path, bootstrap: str | None, catalog: dict[str, Any] | None
     ) -> None:
+        nodes = nodes_for(spec.scenario)
         if bootstrap is None:
-            self.on_status(f"starting a {DRILL_BROKERS}-node Kafka cluster")
-        self.broker = DrillBroker(bootstrap)
+            self.on_status(f"starting a {nodes}-node Kafka cluster")
+        self.broker = DrillBroker(bootstrap, brokers=nodes)
         self._services.callback(self.broker.stop)  # first to go (LIFO), also on a failed setup
         self.topic = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
         self.broker.create_topic(self.topic, spec.partitions)

@@ -292,15 +292,20 @@ def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# Every scenario on both formats, with 10 SIGKILLs per kill drill: the CI subset of
+# `ingest drill --matrix full` (20 per format), whose committed report docs/drills.md shows
+CI_KILLS = 10  # every named fault point (9, or 10 for the both format), then random
+
+
 @pytest.mark.drill
-@pytest.mark.timeout(4200)  # the whole matrix: ≈ 30 min on a quiet 2-core host
+@pytest.mark.timeout(4200)  # ≈ 30 min on a quiet 2-core host
 def test_full_drill_matrix(tmp_path: Path) -> None:
     # INGEST_DRILL_OUT keeps report.json and timeline.png (docs/drills.md: the committed run)
     out = Path(os.environ.get("INGEST_DRILL_OUT") or tmp_path)
     # the standby drill: 3 SIGKILLs of the active and a pause per format in CI (each kill
     # waits for a new standby to warm up); docs/drills.md has a 20-kill run
     # executor-loss: 2 worker+executor SIGKILLs per format (mid-write, then mid-commit)
-    report = _run(out, "full", [], kills=20, standby_kills=3, executor_kills=2)
+    report = _run(out, "full", [], kills=CI_KILLS, standby_kills=3, executor_kills=2)
     assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
     assert report["broker"] == broker_info(None)  # the drills' own clusters
     ran = [d for d in report["drills"] if d["verdict"] != "skipped"]
@@ -313,7 +318,7 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     # kill and zombie drills ran with background compaction, and it committed
     assert all(d["compactions"] for d in ran if d["scenario"] in ("kill", "zombie"))
     for d in kills.values():
-        assert d["faults"] >= 20 and d["restarts"] >= 20
+        assert d["faults"] >= CI_KILLS and d["restarts"] >= CI_KILLS
         kinds = {e["detail"] for e in d["events"] if e["kind"] == "kill"}
         assert {"compaction-after-write", "compaction-after-commit"} <= kinds, kinds
         assert d["recover_median_s"] is not None

@@ -215,6 +215,7 @@ def test_catalog_outage_past_the_deadline_fails_clearly_then_recommits(
 # -- broker ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_broker_outage_mid_run_waits_and_resumes_exactly_once(
     spark: Any, kafka_cluster3: KafkaTestBroker, tmp_path: Path
 ) -> None:
@@ -280,9 +281,7 @@ def test_broker_outage_mid_run_waits_and_resumes_exactly_once(
 
 
 def _all_up(cluster: Any) -> None:
-    for node in cluster.node_ids():
-        cluster.resume(node)
-        cluster.restart(node)
+    cluster.restart_all()
 
 
 @pytest.mark.slow
@@ -329,6 +328,7 @@ def test_broker_outage_past_the_deadline_fails_clearly_and_restart_resumes(
     assert coords(again) == produced(r1, r2)
 
 
+@pytest.mark.slow
 def test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing(
     spark: Any, kafka_cluster3: KafkaTestBroker, tmp_path: Path
 ) -> None:

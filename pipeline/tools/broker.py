@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -295,6 +295,18 @@ class KafkaCluster:
         if wait:
             self._await_registered({node_id})
 
+    def restart_all(self) -> None:
+        """Resume paused nodes and start every stopped one, together (after a full outage
+        a lone node cannot form the controller quorum), then wait until all serve."""
+        nodes = self._started()
+        for i in nodes:
+            self.resume(i)
+        down = [n for n in nodes.values() if n.process is None or n.process.poll() is not None]
+        for node in down:
+            self._spawn(node)
+        if down:
+            self._await_registered({n.node_id for n in down})
+
     def alive(self, node_id: int) -> bool:
         node = self._node(node_id)
         return node.process is not None and node.process.poll() is None and not node.paused
@@ -461,30 +473,44 @@ class KafkaCluster:
         node.paused = False
 
     def _await_registered(self, ids: set[int]) -> None:
+        """Return once each node of ``ids`` answers on its own port and the cluster it
+        sees lists it. Asked through the node itself: a node killed a moment ago is still
+        listed by the others until its session times out (~4 s), which made a restart
+        look finished before the new process served anything."""
         deadline = time.monotonic() + _READY_TIMEOUT_S
-        while True:
-            for i in ids:
+        pending = set(ids)
+        while pending:
+            for i in sorted(pending):
                 proc = self._nodes[i].process
                 if proc is not None and proc.poll() is not None:
                     raise BrokerStartError(
                         f"Kafka node {i} exited with status {proc.returncode} while starting: "
                         f"{_last_line(self.log_of(i).read_text(errors='replace'))}"
                     )
-            try:
-                up = {
-                    int(n.id)
-                    for n in self.admin().describe_cluster(request_timeout=5).result(5).nodes
-                }
-                if ids <= up:
-                    return
-            except (KafkaException, TimeoutError, Exception):
-                pass
+                if self._serves(i):
+                    pending.discard(i)
+            if not pending:
+                return
             if time.monotonic() > deadline:
                 raise BrokerStartError(
-                    f"Kafka nodes {sorted(ids)} not registered within {_READY_TIMEOUT_S:.0f}s "
-                    f"(logs under {self._dir})"
+                    f"Kafka nodes {sorted(pending)} not registered within "
+                    f"{_READY_TIMEOUT_S:.0f}s (logs under {self._dir})"
                 )
             time.sleep(0.2)
+
+    def _serves(self, node_id: int) -> bool:
+        node = self._nodes[node_id]
+        try:
+            with socket.create_connection(("127.0.0.1", node.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+        own = AdminClient({"bootstrap.servers": node.address, "log_level": 0})
+        try:
+            described = own.describe_cluster(request_timeout=5).result(5)
+            return node_id in {int(n.id) for n in described.nodes}
+        except Exception:
+            return False
 
     def _await_topic(self, topic: str, done: Callable[[Any], bool]) -> None:
         deadline = time.monotonic() + _ADMIN_TIMEOUT_S

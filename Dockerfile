@@ -69,6 +69,23 @@ RUN for item in $EXTRA_JARS; do \
       echo "$sum  /opt/ingest/spark/jars/$name" | sha256sum --check --strict - || exit 1; \
     done
 
+# ---- jvm: the jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the
+# demo), fetched by Maven into the directory pipeline/tools/jvm.py looks for: its set name
+# and the manifest's digest, complete once .complete is there.
+FROM ${BASE_IMAGE} AS jvm
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends maven=3.8.* \
+ && rm -rf /var/lib/apt/lists/*
+COPY pipeline/resources/pom.xml /src/pom.xml
+RUN dir="/opt/ingest/jvm/kafka-$(sha256sum /src/pom.xml | cut -c1-12)" \
+ && mvn -B -q -f /src/pom.xml -P kafka dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$dir" \
+ && echo "kafka" > "$dir/.complete" \
+ && rm -rf /root/.m2
+
 # ---- package: the application as a wheel ------------------------------------------------
 FROM deps AS package
 ARG PIP_INDEX_URL
@@ -100,6 +117,7 @@ RUN mkdir -p /usr/share/man/man1 \
       --shell /usr/sbin/nologin ingest
 
 COPY --from=deps /opt/ingest /opt/ingest
+COPY --from=jvm /opt/ingest/jvm /opt/ingest/jvm
 COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
 COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py
 COPY --chmod=0644 conf/log4j2.properties conf/spark-defaults.conf /opt/ingest/conf/
@@ -116,6 +134,7 @@ ENV PATH=/opt/ingest/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
     PYSPARK_DRIVER_PYTHON=/opt/ingest/venv/bin/python \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
+    INGEST_JVM_DIR=/opt/ingest/jvm \
     HOME=/var/lib/ingest
 
 USER 10001:10001

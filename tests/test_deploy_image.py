@@ -381,8 +381,8 @@ def test_image_executor_entrypoint_finds_spark(built_image: str) -> None:
 @pytest.mark.slow
 def test_image_demo_as_non_root_on_read_only_root(built_image: str, tmp_path: Path) -> None:
     """`ingest demo` inside the image: Apache Kafka (its jars in the image), Spark local,
-    Iceberg — with the
-    root filesystem read-only (as the chart runs it) and only the state dir writable."""
+    Iceberg — with the root filesystem read-only (as the chart runs it) and only the state
+    dir writable."""
     state = tmp_path / "state"
     state.mkdir()
     os.chown(state, 10001, 10001)

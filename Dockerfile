@@ -9,6 +9,9 @@
 # also starts Spark executors ("executor") and cluster-mode drivers ("driver …") when Spark
 # on Kubernetes launches pods from this image. docs/deploy.md has the details.
 #
+# Before building: `python -m pipeline.tools.jvm fetch` (scripts/bootstrap.sh does it), so
+# that .jvm/ holds the Kafka jars the image copies.
+#
 # Build arguments:
 #   BASE_IMAGE   Debian bookworm image (default debian:bookworm-slim; pin it by digest in CI,
 #                e.g. debian:bookworm-slim@sha256:…, for byte-for-byte reproducible bases)
@@ -69,23 +72,6 @@ RUN for item in $EXTRA_JARS; do \
       echo "$sum  /opt/ingest/spark/jars/$name" | sha256sum --check --strict - || exit 1; \
     done
 
-# ---- jvm: the jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the
-# demo), fetched by Maven into the directory pipeline/tools/jvm.py looks for: its set name
-# and the manifest's digest, complete once .complete is there.
-FROM ${BASE_IMAGE} AS jvm
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ARG DEBIAN_FRONTEND=noninteractive
-RUN mkdir -p /usr/share/man/man1 \
- && apt-get update \
- && apt-get install -y --no-install-recommends maven=3.8.* \
- && rm -rf /var/lib/apt/lists/*
-COPY pipeline/resources/pom.xml /src/pom.xml
-RUN dir="/opt/ingest/jvm/kafka-$(sha256sum /src/pom.xml | cut -c1-12)" \
- && mvn -B -q -f /src/pom.xml -P kafka dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$dir" \
- && echo "kafka" > "$dir/.complete" \
- && rm -rf /root/.m2
-
 # ---- package: the application as a wheel ------------------------------------------------
 FROM deps AS package
 ARG PIP_INDEX_URL
@@ -117,7 +103,10 @@ RUN mkdir -p /usr/share/man/man1 \
       --shell /usr/sbin/nologin ingest
 
 COPY --from=deps /opt/ingest /opt/ingest
-COPY --from=jvm /opt/ingest/jvm /opt/ingest/jvm
+# The jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the demo),
+# as `python -m pipeline.tools.jvm fetch` left them in .jvm/ (scripts/bootstrap.sh runs it;
+# scripts/image-test.sh build too): fetched on the host, whose Maven reaches the registry.
+COPY .jvm/ /opt/ingest/jvm/
 COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
 COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py
 COPY --chmod=0644 conf/log4j2.properties conf/spark-defaults.conf /opt/ingest/conf/

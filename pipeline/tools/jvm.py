@@ -121,6 +121,7 @@ def fetch(name: str, *, quiet: bool = True) -> Path:
                 f"{_maven_error(done.stdout + done.stderr)}"
             )
         (staging / _COMPLETE).write_text(what + "\n")
+        staging.chmod(0o755)  # mkdtemp makes it 0700: other users (an image's) read it too
         try:
             staging.rename(target)
         except OSError:  # another process finished the same fetch first

@@ -21,7 +21,6 @@ Exactly-once is shown by counting (topic, partition, offset).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -29,12 +28,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import coords, pipeline_config, produced, run_driver, write_config
+from support.drivers import (
+    coords,
+    pipeline_config,
+    produced,
+    recorded_data_loss,
+    run_driver,
+    write_config,
+)
 from support.kafka_fixtures import KafkaTestBroker
 from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
 
 from pipeline.app import Pipeline
-from pipeline.commit.checkpoint import DATA_LOSS_KEY
 from pipeline.commit.faults import FaultPoints
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
@@ -269,7 +274,7 @@ def test_broker_outage_mid_run_waits_and_resumes_exactly_once(
     finally:
         if fault_thread.is_alive():
             fault_thread.join()
-        _all_up(cluster)
+        cluster.restart_all()
     assert "up" in marks, "the pipeline ended before the outage"
     after_up = [t for t in committed.values() if t > marks["up"]]
     assert after_up, "no batch committed after the brokers came back"
@@ -278,10 +283,6 @@ def test_broker_outage_mid_run_waits_and_resumes_exactly_once(
     )
     assert min(after_up) - marks["up"] < 30
     assert coords(p) == produced(*results)
-
-
-def _all_up(cluster: Any) -> None:
-    cluster.restart_all()
 
 
 @pytest.mark.slow
@@ -314,7 +315,7 @@ def test_broker_outage_past_the_deadline_fails_clearly_and_restart_resumes(
             p.run(until=until, timeout_s=180)
         failed_after = time.monotonic() - down["at"]
     finally:
-        _all_up(cluster)
+        cluster.restart_all()
     message = find_pipeline_error(info.value)
     print(f"brokers down past brokerRetrySeconds=5: failed {failed_after:.1f}s after down")
     print(f"  error: {message}")
@@ -386,7 +387,7 @@ def test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing(
     finally:
         for t in restarts:
             t.join()
-        _all_up(cluster)
+        cluster.restart_all()
     took = time.monotonic() - started
     print(f"{p.stats.batches} batches in {took:.1f}s through: " + "; ".join(faults))
     assert len(faults) == 3, faults
@@ -443,11 +444,5 @@ def test_retention_overtakes_a_stopped_driver(
     for o in range(committed, lost_to):
         del want[(topic, 0, o)]
     assert coords(p) == want  # everything Kafka still had, once
-    table = p.tables.main.table()
-    assert table is not None
-    recorded = [
-        json.loads(s.summary.additional_properties[DATA_LOSS_KEY])
-        for s in table.snapshots()
-        if s.summary is not None and DATA_LOSS_KEY in s.summary.additional_properties
-    ]
+    recorded = recorded_data_loss(p)
     assert recorded == [{topic: {"0": [committed, lost_to]}}], recorded

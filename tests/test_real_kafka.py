@@ -26,11 +26,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from support.drivers import Coord, coords, pipeline_config, produced
+from support.drivers import Coord, coords, pipeline_config, produced, recorded_data_loss
 from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
-from pipeline.commit.checkpoint import DATA_LOSS_KEY
 from pipeline.commit.offsets import TopicPartition as TP
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
@@ -196,13 +195,7 @@ def test_real_retention_under_a_stopped_pipeline(
     for o in range(200, low):
         del want[(topic, 0, o)]
     assert coords(p) == want  # everything Kafka still had, once
-    table = p.tables.main.table()
-    assert table is not None
-    recorded = [
-        json.loads(s.summary.additional_properties[DATA_LOSS_KEY])
-        for s in table.snapshots()
-        if s.summary is not None and DATA_LOSS_KEY in s.summary.additional_properties
-    ]
+    recorded = recorded_data_loss(p)
     assert recorded == [{topic: {"0": [200, low]}}], recorded
     (report,) = verify_pipeline(lenient, payload=False)
     assert report.ok and not report.complete, report.verdict()

@@ -3,6 +3,7 @@ back what a run wrote: (topic, partition, offset) of every row, with multiplicit
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.commit.checkpoint import DATA_LOSS_KEY
 from pipeline.config import parse_config
 from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
@@ -178,6 +180,17 @@ def iceberg_coords(*committers: Any) -> Counter[Coord]:
 def coords(pipeline: Any) -> Counter[Coord]:
     """(topic, partition, offset) over a pipeline's main and dead-letter Iceberg tables."""
     return iceberg_coords(pipeline.tables.main, pipeline.tables.dead_letter)
+
+
+def recorded_data_loss(pipeline: Any) -> list[Any]:
+    """The data-loss skips recorded in the main Iceberg table's snapshot summaries."""
+    table = pipeline.tables.main.table()
+    assert table is not None
+    return [
+        json.loads(s.summary.additional_properties[DATA_LOSS_KEY])
+        for s in table.snapshots()
+        if s.summary is not None and DATA_LOSS_KEY in s.summary.additional_properties
+    ]
 
 
 # -- Hudi tables, read through hudi-rs (the ``hudi`` package), an independent reader ----------

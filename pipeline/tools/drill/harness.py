@@ -43,7 +43,7 @@ import yaml
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.errors import PipelineError
-from pipeline.tools.broker import KAFKA_VERSION, KafkaCluster
+from pipeline.tools.broker import KAFKA_VERSION, KafkaCluster, await_leaders
 from pipeline.tools.cluster import StandaloneCluster
 from pipeline.tools.drill import compactions
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Recovery, Sample
@@ -103,19 +103,10 @@ class DrillBroker:
         new = NewTopic(topic, partitions, -1)  # -1: the broker's default replication factor
         for fut in admin.create_topics([new], operation_timeout=_EXTERNAL_TIMEOUT_S).values():
             fut.result(timeout=_EXTERNAL_TIMEOUT_S)
-        deadline = time.monotonic() + _EXTERNAL_TIMEOUT_S
-        while True:
-            t = admin.list_topics(topic, timeout=_EXTERNAL_TIMEOUT_S).topics.get(topic)
-            if (
-                t is not None
-                and t.error is None
-                and len(t.partitions) >= partitions
-                and all(p.leader >= 0 for p in t.partitions.values())
-            ):
-                return
-            if time.monotonic() > deadline:
-                raise DrillTimeout(f"topic {topic}: no leader for every partition in time")
-            time.sleep(0.2)
+        try:
+            await_leaders(admin, topic, partitions, _EXTERNAL_TIMEOUT_S)
+        except TimeoutError:
+            raise DrillTimeout(f"topic {topic}: no leader for every partition in time") from None
 
     def stop(self) -> None:
         """SIGKILL every node and delete the cluster's data: the drill has counted what it

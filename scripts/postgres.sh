@@ -4,6 +4,9 @@
 # authentication on 127.0.0.1 only, database "test") without touching any other cluster.
 # Prints the libpq URI of that database; sourced or run by run-tests.sh.
 set -euo pipefail
+# Only the URI goes to stdout (the caller captures it); everything the tools print goes
+# to stderr (pg_ctlcluster prints "Removed stale pid file." after an unclean stop).
+exec 3>&1 1>&2
 PORT="${INGEST_PG_PORT:-54329}"
 NAME=ingest
 if ! command -v pg_createcluster >/dev/null 2>&1 || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
@@ -26,4 +29,4 @@ done
 if ! su postgres -c "psql -h 127.0.0.1 -p $PORT -d postgres -Atqc \"select 1 from pg_database where datname='test'\"" | grep -q 1; then
   su postgres -c "createdb -h 127.0.0.1 -p $PORT test"
 fi
-echo "postgresql://postgres@127.0.0.1:$PORT/test"
+echo "postgresql://postgres@127.0.0.1:$PORT/test" >&3

@@ -41,9 +41,6 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask, Table
-from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from pipeline.commit.maintenance import (
     COMPACTION_KEY,
@@ -57,6 +54,7 @@ from pipeline.commit.maintenance import (
 from pipeline.errors import FencedError
 from pipeline.formats.iceberg.expiry import append_view
 from pipeline.formats.iceberg.orphans import data_location, list_data_files, referenced_paths
+from pipeline.formats.iceberg.pyiceberg_internals import replace_files
 from pipeline.formats.iceberg.table import IcebergTable
 from pipeline.formats.iceberg.writer import (
     WriteContext,
@@ -73,16 +71,6 @@ __all__ = ["IcebergMaintenance", "plan_compaction"]
 #: ``written`` larger than this per file is never produced by the size split (one group
 #: becomes one file; groups are bounded by the target on disk already).
 _ONE_FILE = 1 << 62
-
-
-class _ReplaceFiles(_OverwriteFiles):
-    """pyiceberg's overwrite producer, recorded as operation ``replace``: the files it
-    removes and adds hold the same rows. (pyiceberg 0.12 computes summaries only for
-    append/overwrite/delete; the totals of an overwrite are the right ones here.)"""
-
-    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006
-        summary = super()._summary(snapshot_properties)
-        return Summary(operation=Operation.REPLACE, **summary.additional_properties)
 
 
 def live_data_files(table: Table) -> list[DataFile]:
@@ -243,19 +231,14 @@ class IcebergMaintenance:
         return written
 
     def _commit(self, table: Table, inputs: list[DataFile], written: list[DataFile]) -> int:
-        txn = append_view(table).transaction()
-        with _ReplaceFiles(
-            operation=Operation.OVERWRITE,
-            transaction=txn,
-            io=txn._table.io,
-            snapshot_properties={COMPACTION_KEY: "true"},
-            branch=MAIN_BRANCH,
-        ) as rewrite:
+        view = append_view(table)
+        txn = view.transaction()
+        with replace_files(txn, view.io, {COMPACTION_KEY: "true"}) as rewrite:
             for f in inputs:
                 rewrite.delete_data_file(f)
             for f in written:
                 rewrite.append_data_file(f)
-            snapshot_id = rewrite._snapshot_id
+            snapshot_id = rewrite.snapshot_id
         try:
             txn.commit_transaction()
         finally:

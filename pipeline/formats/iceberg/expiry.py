@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -25,6 +24,7 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 from pipeline.commit.checkpoint import DATA_LOSS_BEFORE_KEY, RANGES_BEFORE_KEY
 from pipeline.commit.history import carry_forward, forgettable
+from pipeline.formats.iceberg.pyiceberg_internals import local_view
 
 log = logging.getLogger(__name__)
 
@@ -98,34 +98,12 @@ def append_view(table: Table) -> Table:
         props.setdefault(key, DEFAULT_TABLE_PROPERTIES[key])
     head = metadata.snapshot_by_name(MAIN_BRANCH)
     main_ref = metadata.refs.get(MAIN_BRANCH)
-    return _local_view(
+    return local_view(
         table,
         properties=props,
         snapshots=[head] if head is not None else [],
         refs={MAIN_BRANCH: main_ref} if main_ref is not None else {},
         current_snapshot_id=head.snapshot_id if head is not None else None,
-    )
-
-
-def _local_view(table: Table, **update: Any) -> Table:
-    """``table`` with its metadata replaced by a copy carrying ``update`` and no history
-    logs or statistics: a local view for one transaction, never written back."""
-    view = table.metadata.model_copy(
-        update={
-            "snapshot_log": [],
-            "metadata_log": [],
-            "statistics": [],
-            "partition_statistics": [],
-            **update,
-        }
-    )
-    return Table(
-        identifier=table.name(),
-        metadata=view,
-        metadata_location=table.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-        config=table.config,
     )
 
 
@@ -138,7 +116,7 @@ def expiry_view(table: Table, expired: set[int]) -> Table:
     The catalog removes them from ITS current metadata (no retry: a conflict just waits
     for the next expiry)."""
     metadata = table.metadata
-    return _local_view(
+    return local_view(
         table,
         properties={**metadata.properties, **FORCED_TABLE_PROPERTIES},
         snapshots=[s for s in metadata.snapshots if s.snapshot_id in expired],

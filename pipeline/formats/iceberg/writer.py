@@ -73,6 +73,7 @@ from pyiceberg.utils.properties import property_as_int
 
 from pipeline.decode.conform import conform_batch
 from pipeline.errors import PipelineError
+from pipeline.formats.iceberg.pyiceberg_internals import staged_table_io, without_history
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -115,17 +116,7 @@ def _io_properties(properties: dict[str, str]) -> dict[str, str]:
 
 def _slim_metadata_json(metadata: TableMetadata) -> str:
     """Metadata without snapshot history: workers only need schema, spec, properties."""
-    slim = metadata.model_copy(
-        update={
-            "snapshots": [],
-            "snapshot_log": [],
-            "metadata_log": [],
-            "refs": {},
-            "current_snapshot_id": None,
-            "statistics": [],
-            "partition_statistics": [],
-        }
-    )
+    slim = without_history(metadata, snapshots=[], refs={}, current_snapshot_id=None)
     return slim.model_dump_json()
 
 
@@ -200,7 +191,7 @@ class WriteContext:
         )
         metadata = txn.table_metadata
         # The staged table's FileIO (for REST: with the server's vended configuration).
-        staged_io: FileIO = txn._table.io
+        staged_io = staged_table_io(txn)
         return cls(
             table_metadata_json=_slim_metadata_json(metadata),
             io_properties=_io_properties(dict(staged_io.properties)),

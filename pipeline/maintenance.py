@@ -36,7 +36,7 @@ from pipeline.commit.maintenance import (
     TableMaintenance,
     WriterFence,
 )
-from pipeline.commit.recovery import staged_write_id
+from pipeline.commit.instant import staged_write_id
 from pipeline.config import PipelineConfig
 from pipeline.errors import FencedError
 from pipeline.formats.base import PipelineTables

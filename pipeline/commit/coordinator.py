@@ -9,7 +9,7 @@ with :func:`make_coordinator`.
 Operators, per batch (exactly-once mode)
   1. recover  -- first batch of a run only: every pending instant left by an earlier
                  run is finished (completed, recommitted or rolled back; see
-                 :mod:`pipeline.commit.recovery`, DESIGN invariant 4).
+                 :mod:`pipeline.commit.recovery`, docs/design.md invariant 4).
   2. dedupe   -- (incarnation, batch id) already committed → skipped. (invariant 5)
   3. overlap  -- offsets below the table's committed offsets are dropped by the workers
                  and counted, or the batch fails under ``on_overlap="fail"``.
@@ -38,7 +38,14 @@ import time
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.faults import FaultPoints
-from pipeline.commit.instant import BatchIdentity, Inflight, Requested, StagedFile
+from pipeline.commit.fence import check_fence
+from pipeline.commit.instant import (
+    BatchIdentity,
+    Inflight,
+    Requested,
+    StagedFile,
+    staged_write_id,
+)
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.ranges import consumed_ranges, overlap
@@ -52,13 +59,15 @@ from pipeline.commit.types import (
     TableCommitter,
     WriteFn,
 )
-from pipeline.errors import CommitError, FencedError, OverlapError
+from pipeline.errors import CommitError, OverlapError
 
 log = logging.getLogger(__name__)
 
 
-class Coordinator(Recovery):
-    """Commits Spark batches exactly once into a main table and a dead-letter table."""
+class Coordinator:
+    """Commits Spark batches exactly once into a main table and a dead-letter table.
+    Start-up recovery is a :class:`~pipeline.commit.recovery.Recovery` it composes and
+    hands its commit operator (:meth:`_commit`)."""
 
     def __init__(
         self,
@@ -81,6 +90,14 @@ class Coordinator(Recovery):
         self.faults = faults or FaultPoints("")
         self.data_loss = data_loss
         self.recovered = False
+        self.recovery = Recovery(
+            pipeline_id,
+            main,
+            dead_letter,
+            timeline=timeline,
+            faults=self.faults,
+            commit=self._commit,
+        )
 
     @property
     def exactly_once(self) -> bool:
@@ -97,7 +114,7 @@ class Coordinator(Recovery):
         # With an earlier run on record, it may still be alive and about to create a table
         # with its first commit: the fence then creates the table (empty) so that commit
         # fails. The very first run of a pipeline has no one to fence: tables stay absent
-        # until their first commit (DESIGN invariant 9).
+        # until their first commit (docs/design.md invariant 9).
         self.main.fence(self.pipeline_id, self.epoch, create=earlier_runs)
         if self.dead_letter is not None:
             self.dead_letter.fence(self.pipeline_id, self.epoch, create=earlier_runs)
@@ -106,13 +123,8 @@ class Coordinator(Recovery):
 
     def check_epoch(self) -> None:
         """Refuse to go on when a newer writer took over (journal or table)."""
-        newest = max([self.epoch, *self.timeline.epochs()])
         table = self.main.latest_epoch(self.pipeline_id) or 0
-        if newest > self.epoch or table > self.epoch:
-            raise FencedError(
-                f"pipeline {self.pipeline_id!r}: writer epoch {self.epoch} was superseded by "
-                f"epoch {max(newest, table)} (another driver took over); stopping"
-            )
+        check_fence(self.pipeline_id, self.epoch, max([table, *self.timeline.epochs()]))
 
     # -- the batch ----------------------------------------------------------------------
     def run_batch(
@@ -127,7 +139,7 @@ class Coordinator(Recovery):
         recovered: list[tuple[str, str]] = []
         if not self.recovered:
             self.check_epoch()
-            outcome, recovered = self.recover(incarnation, batch_id, end)
+            outcome, recovered = self.recovery.recover(incarnation, batch_id, end)
             self.recovered = True
             if outcome is not None:
                 outcome.recovered = recovered
@@ -155,7 +167,7 @@ class Coordinator(Recovery):
                 table.begin(instant)
         self.faults.hit("after-requested", batch_id)
         t1 = time.monotonic()
-        staged = write(self.write_id(instant), previous)
+        staged = write(staged_write_id(self.pipeline_id, instant), previous)
         t2 = time.monotonic()
         self.faults.hit("after-write", batch_id)
         if staged.dropped and self.on_overlap == "fail":
@@ -224,7 +236,7 @@ class Coordinator(Recovery):
         raise CommitError("could not mint a unique instant time after 10 attempts")
 
     def _staged(self, table: str, descriptor: bytes) -> StagedFile:
-        committer = self._table(table)
+        committer = self.main if table == MAIN else self.dead_letter
         assert committer is not None
         path, size, records = committer.describe(descriptor)
         return StagedFile(table, path, size, records, descriptor)

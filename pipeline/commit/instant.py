@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -52,6 +53,12 @@ def next_instant_time(after: str | None, now: datetime | None = None) -> str:
     if after is not None and t <= after:
         t = format_instant_time(parse_instant_time(after) + timedelta(milliseconds=1))
     return t
+
+
+def staged_write_id(pipeline_id: str, instant: str) -> str:
+    """Names staged files: the instant time plus a tag of the pipeline, so a rollback
+    never touches files of another pipeline writing the same table."""
+    return f"{instant}-{hashlib.sha1(pipeline_id.encode()).hexdigest()[:8]}"
 
 
 def _ranges_to_json(

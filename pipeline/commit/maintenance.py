@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pipeline.commit.fence import check_fence
+
 __all__ = [
     "COMPACTION_KEY",
     "CompactionPolicy",
@@ -59,6 +61,11 @@ class WriterFence:
 
     pipeline_id: str
     epoch: int
+
+    def check(self, latest_epoch: int | None, where: str) -> None:
+        """``FencedError`` when the table's newest commit of the pipeline carries an epoch
+        above ours (``latest_epoch``; None: no commit of it)."""
+        check_fence(self.pipeline_id, self.epoch, latest_epoch, where)
 
 
 @dataclass(frozen=True)

@@ -539,7 +539,7 @@ class Pipeline:
         """Background compaction, orphan cleanup and file statistics (``maintenance.*``),
         on tables of its own; never fails the run."""
         from pipeline.commit.faults import FaultPoints
-        from pipeline.maintenance import start_background
+        from pipeline.maintenance_scheduler import start_background
 
         try:
             return start_background(

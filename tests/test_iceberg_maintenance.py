@@ -335,7 +335,7 @@ def test_orphan_cleanup_keeps_a_pending_instants_files(
 
     from pipeline.app import Pipeline
     from pipeline.commit.instant import InstantState
-    from pipeline.maintenance import Maintenance
+    from pipeline.maintenance_scheduler import Maintenance
     from pipeline.tools.generator import GeneratorSpec, produce
 
     topic = kafka_broker.new_topic("orphans", 2)

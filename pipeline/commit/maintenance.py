@@ -2,10 +2,10 @@
 
 Each table format implements :class:`TableMaintenance` for one table (Iceberg:
 ``pipeline.formats.iceberg.compaction`` / ``orphans``; Hudi: ``pipeline.formats.hudi``'s
-counterparts). ``pipeline.maintenance`` drives them (``ingest compact`` and the driver's
+counterparts). ``pipeline.maintenance_scheduler`` drives them (``ingest compact`` and the driver's
 background maintenance).
 
-Invariants every implementation keeps (issue "file economy"; DESIGN invariants 2-7):
+Invariants every implementation keeps (docs/design.md invariants 2-7):
 
 * **Nothing changes for a reader but the file layout.** A compaction commit holds the
   same records (same values, same Kafka coordinates) as the files it replaces, and it

@@ -1,5 +1,5 @@
 """Metrics of the tables' data files: live files, their average size, compaction and
-orphan cleanup (fed by :mod:`pipeline.maintenance` through the observers).
+orphan cleanup (fed by :mod:`pipeline.maintenance_scheduler` through the observers).
 
 ``table`` labels are the pipeline's own tables (main, dead-letter; ``both``: three), so
 the series stay bounded.

@@ -14,7 +14,7 @@ from pipeline.commit.maintenance import CompactionPolicy, CompactionResult, Orph
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.formats import registry
-from pipeline.maintenance import Maintenance, compaction_policy
+from pipeline.maintenance_scheduler import Maintenance, compaction_policy
 
 __all__ = ["run_compact"]
 

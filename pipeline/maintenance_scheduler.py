@@ -1,4 +1,6 @@
-"""A pipeline's table maintenance: ``ingest compact`` and the driver's background thread.
+"""Schedules a pipeline's table maintenance: ``ingest compact`` and the driver's background
+thread. (What compaction and orphan cleanup guarantee, their protocol and result types,
+is :mod:`pipeline.commit.maintenance`; this module runs them for one pipeline.)
 
 Operators (the guarantees are stated in :mod:`pipeline.commit.maintenance` and kept by
 each format's implementation; this module only schedules and reports):
@@ -17,6 +19,9 @@ each format's implementation; this module only schedules and reports):
   or delays a batch (its commits race the ingest's optimistically).
 
 Every result goes to ``report`` (the driver passes its observers: metrics and logs).
+Every run that changes a table logs one line: the format's compaction line for each
+rewrite, the orphan sweep's line for each removal; an orphan cleanup that removes nothing
+logs that it ran (what it kept and why), so a log always shows whether the cleanup runs.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.commit.faults import FaultPoints
+from pipeline.commit.instant import staged_write_id
 from pipeline.commit.maintenance import (
     CompactionPolicy,
     CompactionResult,
@@ -36,7 +42,6 @@ from pipeline.commit.maintenance import (
     TableMaintenance,
     WriterFence,
 )
-from pipeline.commit.instant import staged_write_id
 from pipeline.config import PipelineConfig
 from pipeline.errors import FencedError
 from pipeline.formats.base import PipelineTables
@@ -112,6 +117,15 @@ class Maintenance:
         results = []
         for table in self._each:
             result = table.remove_orphans(older, protected, dry_run=dry_run)
+            if not result.removed and not result.errors:  # the sweep logs what it removes
+                log.info(
+                    "%s: orphan cleanup removed nothing (%d unreferenced files younger than "
+                    "%g s kept, %d referenced)",
+                    result.table,
+                    result.too_young,
+                    older,
+                    result.referenced,
+                )
             self.report(result)
             results.append(result)
         return results

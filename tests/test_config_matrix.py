@@ -335,14 +335,14 @@ def test_partition_by_on_a_hudi_sink_is_one_clear_error(tmp_path: Path) -> None:
     assert "\n" not in msg and "sink.hudi.partitionFields" in msg
 
 
-# -- the issue's reproduction ----------------------------------------------------------------
+# -- raw mode without headers (the decoder once left out a column) ---------------------------
 
 
 @pytest.mark.parametrize("engine", ["arrow", "spark"])
 def test_raw_mode_without_headers_keeps_key_and_value(
     engine: str, spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    """Issue 19: ``decode: {format: raw}``, default ``includeHeaders: false``, earliest,
+    """``decode: {format: raw}``, default ``includeHeaders: false``, earliest,
     Iceberg: 500 JSON records in a 2-partition topic, all committed exactly once with
     their key/value bytes (the decoder left out the raw table's ``headers`` column)."""
     from pipeline.tools.generator import GeneratorSpec, generate_events, produce

@@ -1,14 +1,14 @@
 """Spark's own Iceberg runtime (a JVM engine we never write with) reads our Iceberg tables.
 
-DESIGN.md "Other engines": the Iceberg tables the pipeline writes through pyiceberg must read
-the same in Spark's Iceberg (``iceberg-spark-runtime-3.5``, which needs PySpark 3.5: it runs
-in its own virtual environment that ``scripts/jvm-reader-env.sh`` builds on first use,
-TOOLING.md). The pipeline runs as driver processes on a SQLite SQL catalog, SIGKILLed after
-pre-committing a batch and restarted (the restart fences, recommits that batch and drains),
-with malformed records for the dead-letter table and manifests merged every other commit;
-``ingest compact`` rewrites the small files beside the pending instant and again at the end
-(``replace`` snapshots: no rows added, skipped by incremental reads, no checkpoint keys).
-Then ``tests/jvm_reader/read_iceberg.py`` reads both tables through Iceberg's ``JdbcCatalog``
+The Iceberg tables the pipeline writes through pyiceberg must read the same in Spark's
+Iceberg (``iceberg-spark-runtime-3.5``, which needs PySpark 3.5: it runs in its own virtual
+environment that ``scripts/jvm-reader-env.sh`` builds on first use). The pipeline runs as
+driver processes on a SQLite SQL catalog, SIGKILLed after pre-committing a batch and
+restarted (the restart fences, recommits that batch and drains), with malformed records for
+the dead-letter table and manifests merged every other commit; ``ingest compact`` rewrites
+the small files beside the pending instant and again at the end (``replace`` snapshots: no
+rows added, skipped by incremental reads, no checkpoint keys). Then
+``tests/jvm_reader/read_iceberg.py`` reads both tables through Iceberg's ``JdbcCatalog``
 over the same SQLite file, and its answers are checked against pyiceberg's and the Parquet
 files: the (topic, partition, offset) multiset; every snapshot with its summary (our
 checkpoint), parent and time; the history; time travel to and incremental reads of every
@@ -263,9 +263,9 @@ def _check_same(name: str, doc: dict[str, Any], table: Any, want: Counter[Coord]
 
 
 def _check_batches(*docs: dict[str, Any]) -> None:
-    """A reader of the tables alone can tell what was ingested (DESIGN invariant 2): the rows
-    Spark's incremental reads find appended by one batch's snapshots, over the main and the
-    dead-letter table together, are exactly the offset ranges its summary records."""
+    """A reader of the tables alone can tell what was ingested (docs/design.md invariant 2):
+    the rows Spark's incremental reads find appended by one batch's snapshots, over the main
+    and the dead-letter table together, are exactly the offset ranges its summary records."""
     batches: dict[tuple[str, str], dict[str, list[int]]] = {}  # (incarnation, batch) -> rows
     ranges: dict[tuple[str, str], str] = {}
     for doc in docs:

@@ -1,4 +1,4 @@
-"""Metrics, health endpoints, alert rules and dashboard (issue 6).
+"""Metrics, health endpoints, alert rules and dashboard.
 
 Unit-level: a real ``PipelineMetrics`` served on 127.0.0.1 (free port), scraped over HTTP.
 promtool checks the exposition and the alert rules and unit-tests the alerts.
@@ -418,7 +418,7 @@ def test_dashboard_references_only_exported_metrics() -> None:
     used = set().union(*(promql_metric_names(e) for e in exprs))
     assert used, exprs
     assert used <= exported, f"not exported: {sorted(used - exported)}"
-    # every metric of the issue is on the dashboard
+    # every metric an operator watches is on the dashboard
     for name in (
         "ingest_records_total",
         "ingest_bytes_total",

@@ -1,4 +1,4 @@
-"""The pipeline under infrastructure faults (issue 5): real broker, Spark, PostgreSQL.
+"""The pipeline under infrastructure faults: real broker, Spark, PostgreSQL.
 
 * Broker outage on three real Kafka nodes: one SIGKILLed (its partitions fail over), then
   the other two SIGSTOPped, then all back: the running pipeline waits and resumes, exactly

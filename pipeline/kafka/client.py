@@ -1,6 +1,6 @@
 """confluent-kafka adapter: consumer settings and broker metadata for planning.
 
-Nothing here joins a consumer group or commits offsets (DESIGN invariant 1): the
+Nothing here joins a consumer group or commits offsets (docs/design.md invariant 1): the
 consumer is configured with auto-commit and offset storing off and only ever ``assign()``s.
 
 Broker outages: :class:`KafkaMetadata` built with ``retry_s > 0`` (the planner:

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the driver (DESIGN.md "Observability").
+"""Prometheus metrics of the driver (named by Prometheus conventions: ``_total``, ``_seconds``).
 
 :class:`PipelineMetrics` owns its own ``CollectorRegistry`` (never the process-global one,
 so several pipelines or tests can live in one process), the HTTP endpoint

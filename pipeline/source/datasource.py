@@ -3,7 +3,7 @@
 Spark calls the planning methods (``initialOffset``, ``latestOffset``, ``partitions``) in
 one long-lived Python worker and ``read`` in task workers. Offsets travel through Spark's
 offset log as ``{"topic": {"partition": next_offset}}``; Kafka consumer groups are never
-used (DESIGN invariant 1).
+used (docs/design.md invariant 1).
 
 Planning rules
   * ``latestOffset`` reconciles the start with the broker (new partitions appear in the
@@ -215,7 +215,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition([r]) for r in pieces]
 
     def commit(self, end: dict) -> None:
-        # Deliberately nothing: Kafka is never told what we consumed (DESIGN invariant 1).
+        # Deliberately nothing: Kafka is never told what we consumed (docs/design.md invariant 1).
         return None
 
     # -- reading (task workers) -----------------------------------------------------

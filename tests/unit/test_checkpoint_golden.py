@@ -1,7 +1,7 @@
 """Golden test of the checkpoint codec: the ``ingest.*`` commit-summary keys and values,
 byte for byte. Tables written by earlier versions must stay readable and tables written
 now must stay readable by the verifier and by older readers: any change here is a format
-change (DESIGN invariant 2)."""
+change (docs/design.md invariant 2)."""
 
 from __future__ import annotations
 

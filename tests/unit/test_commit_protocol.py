@@ -2,7 +2,7 @@
 table (``memtable.MemTable``) and the real ``LocalJournalStore`` on real files (in
 ``tmp_path``; the interleaving enumeration uses a tmpfs directory when there is one).
 
-Covers DESIGN.md invariants 3-7: every driver crash point followed by a restart, rollback
+Covers docs/design.md invariants 3-7: every driver crash point followed by a restart, rollback
 interrupted by another crash, lost and restored checkpoints, damaged precommits and
 journal entries, every two-step interleaving of a zombie writer with the writer that took
 over, epoch uniqueness, the at-least-once baseline and instant-time monotonicity.
@@ -669,7 +669,7 @@ def test_zombie_that_loaded_before_the_fence_is_refused_not_rebased(env: Env) ->
 
 
 def test_rebasing_commit_retry_would_let_the_zombie_in(env: Env) -> None:
-    """The same race against pyiceberg's own retry (rebase without checks, DESIGN
+    """The same race against pyiceberg's own retry (rebase without checks, docs/design.md
     invariant 7): the zombie's append lands after the fence. Shows the test above bites."""
     env.main.rebase_on_conflict = True
     a = env.driver()

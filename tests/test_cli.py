@@ -102,7 +102,7 @@ def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Pa
     import yaml
 
     from pipeline.config import load_config
-    from pipeline.formats.iceberg.tables import IcebergTables
+    from pipeline.formats.iceberg.pipeline_tables import IcebergTables
     from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
     topic = kafka_broker.new_topic("submit", 2)

@@ -77,7 +77,7 @@ def test_spark_submit_to_a_standalone_cluster_exactly_once(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
     from pipeline.config import parse_config
-    from pipeline.formats.iceberg.tables import IcebergTables
+    from pipeline.formats.iceberg.pipeline_tables import IcebergTables
     from pipeline.tools.generator import GeneratorSpec, produce
 
     t0 = time.monotonic()

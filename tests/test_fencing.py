@@ -29,7 +29,7 @@ from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.config import parse_config
 from pipeline.errors import FencedError
-from pipeline.formats.iceberg.tables import IcebergCommitter, IcebergTables
+from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter, IcebergTables
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.tools.generator import GeneratorSpec, produce
 

@@ -107,10 +107,10 @@ class Driver:
 
 def _sinks(cfg: Any) -> Any:
     if cfg.sink.format == "hudi":
-        from pipeline.formats.hudi.tables import HudiTables
+        from pipeline.formats.hudi.pipeline_tables import HudiTables
 
         return HudiTables.from_config(cfg)
-    from pipeline.formats.iceberg.tables import IcebergTables
+    from pipeline.formats.iceberg.pipeline_tables import IcebergTables
 
     return IcebergTables.from_config(cfg)
 

@@ -39,10 +39,10 @@ from pipeline.config import parse_config
 from pipeline.errors import CommitError, ConfigError, FencedError
 from pipeline.formats.columns import FieldSpec, dead_letter_columns, table_columns
 from pipeline.formats.hudi.committer import HudiCommitter
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.layout import BASE_FILE, PARTITION_METADATA
+from pipeline.formats.hudi.pipeline_tables import HudiTables
 from pipeline.formats.hudi.schema import HudiTableSpec
-from pipeline.formats.hudi.table import HudiTable
-from pipeline.formats.hudi.tables import HudiTables
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.spark.writer import collect_staged, run_task
 
@@ -552,7 +552,7 @@ def test_fence_refuses_commits_of_older_epochs(tmp_path: Path) -> None:
 _HOLDER = """
 import sys, time
 from pipeline.formats.hudi.committer import HudiCommitter
-from pipeline.formats.hudi.table import HudiTable
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.columns import FieldSpec, table_columns
 fields = [FieldSpec(*f) for f in {fields!r}]

@@ -28,10 +28,10 @@ from pipeline.commit.offsets import PartitionOffsets
 from pipeline.errors import FencedError
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.compaction import COMPACTION_SLOTS, HudiMaintenance, plan_compaction
+from pipeline.formats.hudi.cow_table import HudiTable
+from pipeline.formats.hudi.pipeline_tables import HudiTables
 from pipeline.formats.hudi.slots import CommitSlots
 from pipeline.formats.hudi.status import hudi_table_status
-from pipeline.formats.hudi.table import HudiTable
-from pipeline.formats.hudi.tables import HudiTables
 from pipeline.formats.hudi.view import BaseFile, TableView
 
 hudi = pytest.importorskip("hudi")

@@ -41,7 +41,7 @@ from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
 from pipeline.config import load_config, parse_config
-from pipeline.formats.hudi.tables import HudiTables
+from pipeline.formats.hudi.pipeline_tables import HudiTables
 from pipeline.tools.generator import GeneratorSpec, produce
 
 hudi = pytest.importorskip("hudi")
@@ -79,7 +79,7 @@ def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # a drill may quiet parents
-    caplog.set_level(logging.INFO, logger="pipeline.formats.hudi.table")
+    caplog.set_level(logging.INFO, logger="pipeline.formats.hudi.cow_table")
     caplog.set_level(logging.INFO, logger="pipeline.formats.hudi.committer")
     topic = kafka_broker.new_topic("hudi", 4)
     r1 = produce(

@@ -27,11 +27,11 @@ from pipeline.config import parse_config
 from pipeline.errors import FencedError
 from pipeline.formats.columns import table_columns
 from pipeline.formats.hudi.committer import HudiCommitter
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.slots import KEEP, CommitSlots
 from pipeline.formats.hudi.status import hudi_table_status
 from pipeline.formats.hudi.storage import reader_options
-from pipeline.formats.hudi.table import HudiTable
 from pipeline.storage.s3_settings import S3Settings
 from pipeline.tools.generator import GeneratorSpec, produce
 from pipeline.tools.verify import verify_pipeline

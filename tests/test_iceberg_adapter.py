@@ -56,6 +56,7 @@ from pipeline.commit.checkpoint import COMMITTED_OFFSETS_KEY, PIPELINE_ID_KEY, C
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import CommitError, ConfigError, FencedError, find_pipeline_error
 from pipeline.formats.columns import spark_ddl, table_columns
+from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.schema import (
     KAFKA_COLUMNS,
     FieldSpec,
@@ -65,7 +66,6 @@ from pipeline.formats.iceberg.schema import (
     dead_letter_schema,
     parse_type,
 )
-from pipeline.formats.iceberg.table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.writer import (
     DataFileWriteError,
     WriteContext,

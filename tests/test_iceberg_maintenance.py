@@ -24,10 +24,10 @@ from pipeline.commit.checkpoint import PIPELINE_ID_KEY
 from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.maintenance import COMPACTION_KEY, CompactionPolicy, WriterFence
 from pipeline.errors import FencedError
+from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.compaction import IcebergMaintenance, live_data_files
 from pipeline.formats.iceberg.expiry import expirable, expiry_view
-from pipeline.formats.iceberg.table import IcebergTable, load_catalog
-from pipeline.formats.iceberg.tables import IcebergCommitter
+from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 from tests.test_iceberg_adapter import head, make_sink, rows, write_and_commit
 
 POLICY = CompactionPolicy(target_file_size_bytes=64 * 1024 * 1024, min_input_files=2)

@@ -24,7 +24,7 @@ def test_exactly_once_with_dead_letters_restart_and_replay(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the in-process drill quiets "pipeline.formats.iceberg" for its display: ask the module itself
-    caplog.set_level(logging.INFO, logger="pipeline.formats.iceberg.table")
+    caplog.set_level(logging.INFO, logger="pipeline.formats.iceberg.catalog_table")
     topic = kafka_broker.new_topic("pipe", 4)
     r1 = produce(
         kafka_broker.bootstrap_servers,

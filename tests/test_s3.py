@@ -40,10 +40,10 @@ from pipeline.commit.journal import (
 from pipeline.commit.maintenance import CompactionPolicy
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError
+from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.compaction import IcebergMaintenance
+from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema
-from pipeline.formats.iceberg.table import IcebergTable, load_catalog
-from pipeline.formats.iceberg.tables import IcebergCommitter
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.storage.fs import filesystem_for
 from pipeline.storage.local import LocalJournalStore
@@ -596,7 +596,7 @@ def table_rows(committer: IcebergCommitter) -> list[int]:
 
 def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
     from pipeline.config import parse_config
-    from pipeline.formats.iceberg.tables import IcebergTables
+    from pipeline.formats.iceberg.pipeline_tables import IcebergTables
     from pipeline.tools.generator import event_schema_fields
 
     wh_bucket = s3_server.new_bucket("sinks")

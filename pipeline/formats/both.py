@@ -34,12 +34,12 @@ from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.formats.base import TableSet, TableStatus
 from pipeline.formats.hudi.format import HudiFormat
+from pipeline.formats.hudi.pipeline_tables import HudiTables
 from pipeline.formats.hudi.status import hudi_table_status
-from pipeline.formats.hudi.tables import HudiTables
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.formats.iceberg.format import IcebergFormat
+from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter, IcebergTables
 from pipeline.formats.iceberg.status import iceberg_table_status
-from pipeline.formats.iceberg.tables import IcebergCommitter, IcebergTables
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.spark.writer import TaskPlan
 

@@ -9,12 +9,12 @@ docs/hudi.md for why). Modules:
   files, the table lock.
 * :mod:`~pipeline.formats.hudi.writer`  -- worker side: base files with the five meta columns.
 * :mod:`~pipeline.formats.hudi.timeline` -- the ``.hoodie`` instant files, parsed and indexed.
-* :mod:`~pipeline.formats.hudi.table`   -- driver side: timeline reads, creation, commit files,
-  rollback, trimming (:class:`~pipeline.formats.hudi.table.HudiTable`).
+* :mod:`~pipeline.formats.hudi.cow_table`   -- driver side: timeline reads, creation, commit files,
+  rollback, trimming (:class:`~pipeline.formats.hudi.cow_table.HudiTable`).
 * :mod:`~pipeline.formats.hudi.committer` -- :class:`HudiCommitter`,
   the coordinator's ``TableCommitter``.
 * :mod:`~pipeline.formats.hudi.journal` -- the instant journal kept inside ``.hoodie/.ingest/``.
-* :mod:`~pipeline.formats.hudi.tables`   -- :class:`HudiTables`, built from the pipeline
+* :mod:`~pipeline.formats.hudi.pipeline_tables`   -- :class:`HudiTables`, built from the pipeline
   config like ``IcebergTables``.
 * :mod:`~pipeline.formats.hudi.format`  -- :class:`HudiFormat`, the ``TableFormat``.
 * :mod:`~pipeline.formats.hudi.status`  -- what ``ingest status`` shows for a Hudi table.

@@ -1,5 +1,5 @@
 """Driver side: :class:`HudiCommitter`, the coordinator's ``TableCommitter`` for a Hudi
-copy-on-write table (:class:`~pipeline.formats.hudi.table.HudiTable`).
+copy-on-write table (:class:`~pipeline.formats.hudi.cow_table.HudiTable`).
 
 Commit of instant ``T`` (under the table lock; see :mod:`pipeline.formats.hudi.layout`):
 
@@ -50,6 +50,7 @@ from pipeline.commit.instant import BatchIdentity, next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError, FencedError
+from pipeline.formats.hudi.cow_table import _MAX_SCAN, SCHEMA_KEY, HudiTable
 from pipeline.formats.hudi.layout import (
     BASE_FILE,
     TablePaths,
@@ -62,7 +63,6 @@ from pipeline.formats.hudi.layout import (
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.slots import CommitSlots, Slot
 from pipeline.formats.hudi.storage import TableFiles
-from pipeline.formats.hudi.table import _MAX_SCAN, SCHEMA_KEY, HudiTable
 from pipeline.formats.hudi.writer import HudiWriteContext, describe
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ class HudiFormat:
     name = "hudi"
 
     def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> Any:
-        from pipeline.formats.hudi.tables import HudiTables
+        from pipeline.formats.hudi.pipeline_tables import HudiTables
 
         return HudiTables.from_config(cfg)
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 
 from pipeline.commit.maintenance import OrphanResult
-from pipeline.formats.hudi.table import HudiTable
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.view import TableView
 from pipeline.formats.orphans import sweep
 

@@ -1,5 +1,5 @@
 """The instant files of a Hudi table's ``.hoodie`` directory: :class:`HudiInstant`, file
-name parsing, and the indexed listing :class:`HudiTable <pipeline.formats.hudi.table.HudiTable>`
+name parsing, and the indexed listing :class:`HudiTable <pipeline.formats.hudi.cow_table.HudiTable>`
 answers timeline queries from.
 
 Two actions are tracked by state: ``commit`` (ingest; ``completed`` / ``pending``) and

@@ -30,8 +30,8 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.layout import BASE_FILE
-from pipeline.formats.hudi.table import HudiTable
 
 __all__ = ["BaseFile", "TableView"]
 

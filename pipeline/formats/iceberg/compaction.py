@@ -52,10 +52,10 @@ from pipeline.commit.maintenance import (
     bin_pack,
 )
 from pipeline.errors import FencedError
+from pipeline.formats.iceberg.catalog_table import IcebergTable
 from pipeline.formats.iceberg.expiry import append_view
 from pipeline.formats.iceberg.orphans import data_location, list_data_files, referenced_paths
 from pipeline.formats.iceberg.pyiceberg_internals import replace_files
-from pipeline.formats.iceberg.table import IcebergTable
 from pipeline.formats.iceberg.writer import (
     WriteContext,
     deserialize_data_file,

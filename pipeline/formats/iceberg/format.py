@@ -14,7 +14,7 @@ class IcebergFormat:
     name = "iceberg"
 
     def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> Any:
-        from pipeline.formats.iceberg.tables import IcebergTables
+        from pipeline.formats.iceberg.pipeline_tables import IcebergTables
 
         return IcebergTables.from_config(cfg)
 

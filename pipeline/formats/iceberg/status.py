@@ -4,7 +4,7 @@ last batch there (plain data; ``pipeline.tools.status`` renders it)."""
 from __future__ import annotations
 
 from pipeline.formats.base import LastBatch, TableStatus
-from pipeline.formats.iceberg.tables import IcebergCommitter
+from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 
 
 def iceberg_table_status(committer: IcebergCommitter, pipeline_id: str) -> TableStatus:

@@ -34,7 +34,7 @@ class Count:
 
 def _iceberg_batches(cfg: PipelineConfig, identifier: str) -> Iterator[pa.RecordBatch]:
     """Coordinates of the pipeline's Iceberg table ``identifier`` (main or dead-letter)."""
-    from pipeline.formats.iceberg.tables import IcebergTables
+    from pipeline.formats.iceberg.pipeline_tables import IcebergTables
 
     tables = IcebergTables.from_config(cfg)
     for committer in (tables.main, tables.dead_letter):

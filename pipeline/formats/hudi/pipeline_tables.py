@@ -1,6 +1,7 @@
 """The pipeline's Hudi tables (main + dead-letter) as coordinator commit targets.
 
-Same surface as :class:`pipeline.formats.iceberg.tables.IcebergTables`: ``from_config``, ``main``,
+Same surface as :class:`pipeline.formats.iceberg.pipeline_tables.IcebergTables`:
+``from_config``, ``main``,
 ``dead_letter``, ``data_ddl``, ``timeline(pipeline_id)``, ``task_plan(...)``,
 ``maintenance()`` (:class:`~pipeline.formats.hudi.compaction.HudiMaintenance` per table).
 
@@ -33,11 +34,11 @@ from pipeline.formats.columns import (
 )
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.compaction import HudiMaintenance
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.journal import HudiInstantTimeline, HudiJournalStore
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
 from pipeline.formats.hudi.storage import is_object_store, table_base
-from pipeline.formats.hudi.table import HudiTable
 from pipeline.formats.hudi.writer import write_base_files
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.s3_settings import S3Settings

@@ -26,9 +26,9 @@ from pipeline.formats.columns import (
     spark_ddl,
     table_columns,
 )
+from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
-from pipeline.formats.iceberg.table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.writer import deserialize_data_file, write_data_files
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for

@@ -6,21 +6,22 @@ indexed by :mod:`pipeline.formats.hudi.timeline`.
 Bounded timeline (so commit latency stays flat; :mod:`pipeline.commit.history`): every
 commit carries ``ingest.ranges-before`` / ``ingest.data-loss-before`` in its
 ``extraMetadata``; every ``trim_every`` commits, the completed commits beyond the newest
-``max_commits`` leave the active timeline -- their instant files are deleted, oldest
-first, ``.commit.requested`` and ``.inflight`` before ``.commit`` (a crash leaves only
-completed instants). Their data files stay and stay visible: Hudi readers treat files older
-than the first active instant as committed (HUDI_FORMAT.md, checked with hudi-rs in the
-tests). No Avro archive is written, so time travel and incremental reads reach back
-only to the oldest retained commit. Never trimmed: anything at or after the oldest pending
-or non-commit instant; commits of a pipeline whose oldest retained commit lacks the
-carried keys. Before the timeline start moves past an instant time, files of instants
-there that never completed (markers without a completed commit: a zombie's staging after
-a rollback) are deleted -- they would become visible. ``.ingest/trimmed`` records the
-newest trimmed time first, so files of a trimmed commit are never mistaken for debris.
-Completed replacecommits (compactions) at or before the newest trimmed commit leave the
-timeline with it, after the base files of the file groups they replaced are deleted:
-once a replacecommit is gone, readers would read those files again (checked with hudi-rs
-in tests/test_hudi_maintenance.py). A pending replacecommit is never trimmed past.
+``max_commits`` leave the active timeline -- their instant files are deleted, oldest first,
+``.commit.requested`` and ``.inflight`` before ``.commit`` (a crash leaves only completed
+instants). Their data files stay and stay visible: Hudi readers treat files older than the
+first active instant as committed (docs/hudi.md, "Reader facts the writer relies on";
+checked with hudi-rs in the tests). No Avro archive is written, so time travel and
+incremental reads reach back only to the oldest retained commit. Never trimmed: anything at
+or after the oldest pending or non-commit instant; commits of a pipeline whose oldest
+retained commit lacks the carried keys. Before the timeline start moves past an instant
+time, files of instants there that never completed (markers without a completed commit: a
+zombie's staging after a rollback) are deleted -- they would become visible.
+``.ingest/trimmed`` records the newest trimmed time first, so files of a trimmed commit are
+never mistaken for debris. Completed replacecommits (compactions) at or before the newest
+trimmed commit leave the timeline with it, after the base files of the file groups they
+replaced are deleted: once a replacecommit is gone, readers would read those files again
+(checked with hudi-rs in tests/test_hudi_maintenance.py). A pending replacecommit is never
+trimmed past.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 one reading of the timeline. Compaction plans (:mod:`~pipeline.formats.hudi.compaction`),
 file statistics and orphan cleanup (:mod:`~pipeline.formats.hudi.orphans`) start from it.
 
-Reader rules (hudi-rs 0.5.0; HUDI_FORMAT.md section 7; tests/test_hudi_maintenance.py):
+Reader rules (hudi-rs 0.5.0; docs/hudi.md, "Reader facts the writer relies on";
+tests/test_hudi_maintenance.py):
 
 * a base file is **committed** when its instant is a completed ``commit`` or
   ``replacecommit`` on the active timeline, or when its instant is older than the first

@@ -1,7 +1,7 @@
 """Driver side: catalog access, the consumption checkpoint, and the one-snapshot commit.
 
 Every commit is ONE Iceberg snapshot (a merge-append) whose summary carries the
-consumption checkpoint (DESIGN invariant 2): pipeline id, checkpoint incarnation, batch
+consumption checkpoint (docs/design.md invariant 2): pipeline id, checkpoint incarnation, batch
 id, writer epoch, this commit's offset ranges and the cumulative committed offsets. The
 table alone therefore tells what was ingested; :meth:`IcebergTable.latest_checkpoint`
 reads it back by walking the snapshot ancestry.
@@ -30,7 +30,7 @@ pyiceberg details this module relies on (pyiceberg 0.12):
 * A merge-append with zero files is allowed and still produces a snapshot (operation
   ``append``, no manifest change): an empty batch advances the committed offsets.
 * A missing table is created in the same catalog operation as its first snapshot
-  (``create_table_transaction``; DESIGN invariant 9), at the location the workers'
+  (``create_table_transaction``; docs/design.md invariant 9), at the location the workers'
   :class:`~pipeline.formats.iceberg.writer.WriteContext` used.
 Bounded history: :mod:`pipeline.formats.iceberg.expiry`.
 
@@ -95,7 +95,7 @@ _T = TypeVar("_T")
 
 __all__ = ["IcebergTable", "load_catalog"]
 
-# The ``ingest.*`` snapshot summary keys and the checkpoint codec (DESIGN invariant 2):
+# The ``ingest.*`` snapshot summary keys and the checkpoint codec (docs/design.md invariant 2):
 # pipeline.commit.checkpoint (format-neutral, shared with the Hudi sink).
 
 
@@ -367,7 +367,7 @@ class IcebergTable:
         return snapshot_id
 
     def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> int | None:
-        """Claim the table for writer ``epoch`` of ``pipeline_id`` (DESIGN invariant 7).
+        """Claim the table for writer ``epoch`` of ``pipeline_id`` (docs/design.md invariant 7).
 
         Commits an empty snapshot that repeats the latest checkpoint (same committed
         offsets, no ranges, marked ``ingest.fence=true``) at the new epoch. It moves the

@@ -45,7 +45,7 @@ DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
     TableProperties.MANIFEST_MERGE_ENABLED: "true",
     TableProperties.MANIFEST_MIN_MERGE_COUNT: "16",
 }
-#: Properties forced on tables created here (DESIGN invariant 7).
+#: Properties forced on tables created here (docs/design.md invariant 7).
 FORCED_TABLE_PROPERTIES: dict[str, str] = {TableProperties.COMMIT_NUM_RETRIES: "0"}
 
 

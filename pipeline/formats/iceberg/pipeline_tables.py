@@ -190,7 +190,8 @@ class IcebergTables:
         return [IcebergMaintenance(c.iceberg, c.properties) for c in committers]
 
     def timeline(self, pipeline_id: str) -> InstantTimeline:
-        """The instant journal beside the main table (DESIGN: ``<table>/_ingest/``)."""
+        """The instant journal beside the main table, in ``<table>/_ingest/``
+        (docs/design.md invariant 3)."""
         root = self.main.journal_root(pipeline_id)
         return InstantTimeline(journal_store_for(root, self.main.properties))
 

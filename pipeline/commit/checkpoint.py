@@ -1,4 +1,4 @@
-"""The consumption checkpoint a table commit records, and its codec (DESIGN invariant 2).
+"""The consumption checkpoint a table commit records, and its codec (docs/design.md invariant 2).
 
 Format-neutral: the coordinator builds one :class:`CommitCheckpoint` per commit and every
 table-format adapter stores it as it is, as string properties of the commit (Iceberg:

@@ -56,6 +56,7 @@ from pipeline.commit.types import (
     BatchOutcome,
     DataLossFn,
     Outcome,
+    StagedBatch,
     TableCommitter,
     WriteFn,
 )
@@ -137,7 +138,7 @@ class Coordinator:
     ) -> BatchOutcome:
         t0 = time.monotonic()
         recovered: list[tuple[str, str]] = []
-        if not self.recovered:
+        if not self.recovered:  # operator 1, first batch of a run only
             self.check_epoch()
             outcome, recovered = self.recovery.recover(incarnation, batch_id, end)
             self.recovered = True
@@ -151,16 +152,7 @@ class Coordinator:
             return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=recovered)
         self.check_epoch()
         previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
-        planned = consumed_ranges(start, end, [], previous, clip=False)
-        lapped = overlap(planned, previous)
-        if lapped and self.on_overlap == "fail":
-            tp, (s, e) = next(iter(sorted(lapped.items())))
-            raise OverlapError(
-                f"partition {tp}: batch {batch_id} re-reads offsets [{s}, {e}) that the table "
-                f"already committed (checkpoint older than the table?); onOverlap=fail. "
-                f"{len(lapped)} partition(s) overlap"
-            )
-
+        lapped = self._planned_overlap(batch_id, start, end, previous)
         instant = self._request(batch, start or PartitionOffsets(), end)
         for table in (self.main, self.dead_letter):
             if table is not None:
@@ -170,37 +162,7 @@ class Coordinator:
         staged = write(staged_write_id(self.pipeline_id, instant), previous)
         t2 = time.monotonic()
         self.faults.hit("after-write", batch_id)
-        if staged.dropped and self.on_overlap == "fail":
-            s0 = next(s for s in staged.stats if s.dropped)
-            tp = TopicPartition(s0.topic, s0.partition)
-            raise OverlapError(
-                f"partition {tp}: batch {batch_id} re-read {s0.dropped} records in "
-                f"[{s0.min_offset}, {previous.get(tp)}) that the table already committed; "
-                "onOverlap=fail "
-                f"({sum(1 for s in staged.stats if s.dropped)} partition(s) overlap)"
-            )
-
-        ranges = consumed_ranges(start, end, staged.stats, previous)
-        committed = previous.updated(
-            {tp: max(off, previous.get(tp, off)) for tp, off in end.items()}
-        )
-        loss = self.data_loss(staged, ranges) if self.data_loss else {}
-        files = [self._staged(MAIN, d) for d in staged.data_files]
-        files += [self._staged(DEAD_LETTER, d) for d in staged.dead_letter_files]
-        inflight = Inflight(
-            time=instant,
-            batch=batch,
-            epoch=self.epoch,
-            files=tuple(files),
-            ranges=ranges,
-            committed=committed,
-            records=staged.records - staged.dead_letter_records,
-            dead_letter_records=staged.dead_letter_records,
-            overlap_dropped=staged.dropped,
-            data_loss=loss,
-            end=end,
-        )
-        self.timeline.precommit(inflight)
+        inflight = self._precommit(instant, batch, start, end, previous, staged)
         t3 = time.monotonic()
         self.faults.hit("after-precommit", batch_id)
         outcome = self._commit(inflight, batch_id)
@@ -222,6 +184,67 @@ class Coordinator:
                 lapped,
             )
         return outcome
+
+    def _planned_overlap(
+        self,
+        batch_id: int,
+        start: PartitionOffsets | None,
+        end: PartitionOffsets,
+        previous: PartitionOffsets,
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Operator 3, before anything is written: the planned ranges below the table's
+        committed offsets (the workers drop them), or ``OverlapError`` under ``fail``."""
+        planned = consumed_ranges(start, end, [], previous, clip=False)
+        lapped = overlap(planned, previous)
+        if lapped and self.on_overlap == "fail":
+            tp, (s, e) = next(iter(sorted(lapped.items())))
+            raise OverlapError(
+                f"partition {tp}: batch {batch_id} re-reads offsets [{s}, {e}) that the table "
+                f"already committed (checkpoint older than the table?); onOverlap=fail. "
+                f"{len(lapped)} partition(s) overlap"
+            )
+        return lapped
+
+    def _precommit(
+        self,
+        instant: str,
+        batch: BatchIdentity,
+        start: PartitionOffsets | None,
+        end: PartitionOffsets,
+        previous: PartitionOffsets,
+        staged: StagedBatch,
+    ) -> Inflight:
+        """Operator 6: INFLIGHT(T) with the staged files and the checkpoint to commit."""
+        if staged.dropped and self.on_overlap == "fail":
+            s0 = next(s for s in staged.stats if s.dropped)
+            tp = TopicPartition(s0.topic, s0.partition)
+            raise OverlapError(
+                f"partition {tp}: batch {batch.batch_id} re-read {s0.dropped} records in "
+                f"[{s0.min_offset}, {previous.get(tp)}) that the table already committed; "
+                "onOverlap=fail "
+                f"({sum(1 for s in staged.stats if s.dropped)} partition(s) overlap)"
+            )
+        ranges = consumed_ranges(start, end, staged.stats, previous)
+        committed = previous.updated(
+            {tp: max(off, previous.get(tp, off)) for tp, off in end.items()}
+        )
+        files = [self._staged(MAIN, d) for d in staged.data_files]
+        files += [self._staged(DEAD_LETTER, d) for d in staged.dead_letter_files]
+        inflight = Inflight(
+            time=instant,
+            batch=batch,
+            epoch=self.epoch,
+            files=tuple(files),
+            ranges=ranges,
+            committed=committed,
+            records=staged.records - staged.dead_letter_records,
+            dead_letter_records=staged.dead_letter_records,
+            overlap_dropped=staged.dropped,
+            data_loss=self.data_loss(staged, ranges) if self.data_loss else {},
+            end=end,
+        )
+        self.timeline.precommit(inflight)
+        return inflight
 
     def _request(self, batch: BatchIdentity, start: PartitionOffsets, end: PartitionOffsets) -> str:
         """Mint an instant time and make REQUESTED durable (re-mint if another writer

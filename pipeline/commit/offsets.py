@@ -16,7 +16,7 @@ Invariants
   * ``plan_end`` never returns an offset below ``start`` nor above the broker's end, and
     returns ``start`` itself when there is nothing to read (Spark's "no new data").
   * Planning is deterministic: the same inputs give the same ranges, so a replayed batch
-    reads exactly the same records (DESIGN invariant 1).
+    reads exactly the same records (docs/design.md invariant 1).
 """
 
 from __future__ import annotations

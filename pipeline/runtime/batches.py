@@ -1,0 +1,147 @@
+"""One micro-batch through the coordinator (Spark's ``foreachBatch`` callback).
+
+offsets  -- this batch's end from Spark's offset log; its start is the previous
+            batch's end (remembered, else read), or the source's explicit offsets
+write    -- a ``BatchWriter`` runs the workers (read, decode, stage files)
+commit   -- ``coordinator.run_batch``: recovery, dedupe, the two-phase commit
+report   -- the run's stats, one log line, the observers
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.commit.faults import FaultPoints
+from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.offsets import PartitionOffsets
+from pipeline.commit.types import BatchOutcome
+from pipeline.config import PipelineConfig
+from pipeline.errors import PipelineError
+from pipeline.formats.base import PipelineTables
+from pipeline.observe.base import Observers
+from pipeline.runtime.fencing import FenceGuard
+from pipeline.runtime.source_settings import SourceSettings
+from pipeline.runtime.stats import RunStats
+from pipeline.runtime.stopping import StopControl
+
+log = logging.getLogger(__name__)
+
+PURGE_EVERY = 50  # batches between purges of finished journal entries
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        *,
+        tables: PipelineTables,
+        coordinator: Any,
+        timeline: InstantTimeline | None,
+        faults: FaultPoints,
+        source: SourceSettings,
+        stats: RunStats,
+        observers: Observers,
+        fence: FenceGuard,
+        stop: StopControl,
+        spark: Callable[[], Any],
+    ) -> None:
+        self.cfg = cfg
+        self.tables = tables
+        self.coordinator = coordinator
+        self.timeline = timeline
+        self.faults = faults
+        self.source = source
+        self.stats = stats
+        self.observers = observers
+        self.fence = fence
+        self.stop = stop
+        self._spark = spark
+        self._incarnation: str | None = None
+        # (batch id, its logged end offsets): the next batch's start, without a second read
+        self._last_end: tuple[int, PartitionOffsets] | None = None
+
+    def incarnation(self) -> str:
+        """The checkpoint's query id (batch ids restart with a new checkpoint)."""
+        if self._incarnation is None:
+            from pipeline.spark.offset_log import SparkOffsetLog
+
+            log_ = SparkOffsetLog(self._spark(), self.cfg.checkpoint_location)
+            self._incarnation = log_.query_id()
+        return self._incarnation
+
+    def process_batch(self, df: Any, batch_id: int) -> None:
+        """foreachBatch: one batch through the coordinator. A graceful stop waits for it."""
+        try:
+            if not self.stop.enter_batch():
+                self.stop.wait_out_halted_batch(batch_id)
+                return
+            try:
+                self._process_batch(df, batch_id)
+            finally:
+                self.stop.leave_batch()
+        except Exception as e:
+            self.observers.failure(e, batch_id)  # fencing included
+            raise
+
+    def _process_batch(self, df: Any, batch_id: int) -> None:
+        from pipeline.spark.settle import settle
+
+        start, end = self._offsets(df, batch_id)
+        writer = self._writer(df, start, end)
+        with self.fence.watch(report=False):  # process_batch reports the failure
+            outcome = self.coordinator.run_batch(
+                self.incarnation(), batch_id, start, end, writer.write
+            )
+        self._report(batch_id, outcome)
+        settle()  # after the first batch: the driver's imports and caches are in place
+        if self.timeline is not None and batch_id % PURGE_EVERY == 0:
+            self.timeline.purge_finished(self.cfg.commit.journal_retention)
+
+    def _offsets(self, df: Any, batch_id: int) -> tuple[PartitionOffsets | None, PartitionOffsets]:
+        """(start, end) of the batch: its offset-log entry and the previous batch's."""
+        from pipeline.spark.offset_log import SparkOffsetLog
+
+        offset_log = SparkOffsetLog(df.sparkSession, self.cfg.checkpoint_location)
+        end = offset_log.offsets(batch_id)
+        if end is None:
+            raise PipelineError(f"offset log entry for batch {batch_id} is missing")
+        # an offset log entry never changes once written: the previous batch's end is ours
+        last = self._last_end
+        start = last[1] if last is not None and last[0] == batch_id - 1 else None
+        if start is None:
+            start = offset_log.offsets(batch_id - 1)
+        self._last_end = (batch_id, end)
+        return start, end
+
+    def _writer(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> Any:
+        from pipeline.spark.batch import BatchWriter
+
+        armed = ",".join(
+            f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
+        )
+        return BatchWriter(
+            df=df,
+            start=start if start is not None else self.source.explicit_start(end),
+            end=end,
+            plan=self.tables.task_plan,
+            decode=self.cfg.decode,
+            source=self.cfg.source,
+            consumer_conf=self.source.consumer_conf(),
+            data_ddl=self.tables.data_ddl,
+            faults=armed or None,
+        )
+
+    def _report(self, batch_id: int, outcome: BatchOutcome) -> None:
+        self.stats.add(outcome)
+        log.info(
+            "batch %d %s: instant %s, %d records, %d dead letters, %d files",
+            batch_id,
+            outcome.outcome,
+            outcome.instant,
+            outcome.records,
+            outcome.dead_letter_records,
+            outcome.files,
+        )
+        self.observers.outcome(outcome)

@@ -1,0 +1,142 @@
+"""What the driver tells the Kafka source: the broker check before anything starts, the
+source's options, the offsets a new checkpoint starts from, and the data-loss look-up."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import StagedBatch, TableCommitter
+from pipeline.config import PipelineConfig
+from pipeline.errors import PipelineError
+
+log = logging.getLogger(__name__)
+
+
+class SourceSettings:
+    def __init__(self, cfg: PipelineConfig, main: TableCommitter) -> None:
+        self.cfg = cfg
+        self.main = main
+        self.starting_offsets: str | None = None  # the running query's startingOffsets
+
+    def consumer_conf(self) -> dict[str, Any]:
+        from pipeline.kafka.client import consumer_config
+
+        s = self.cfg.source
+        return consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level)
+
+    def check_broker(self) -> None:
+        from pipeline.kafka.client import KafkaMetadata
+
+        s = self.cfg.source
+        md = KafkaMetadata(self.consumer_conf(), timeout_s=15)
+        md.check_reachable()
+        if s.topics:
+            md.topic_partitions(s.topics)
+        elif s.assign:
+            counts = md.topic_partitions(s.assign)
+            for topic, parts in s.assign.items():
+                missing = [p for p in parts if p >= counts[topic]]
+                if missing:
+                    raise PipelineError(
+                        f"source.assign: topic {topic!r} has {counts[topic]} partitions; "
+                        f"partition(s) {missing} do not exist"
+                    )
+
+    def options(self) -> dict[str, str]:
+        s = self.cfg.source
+        opts: dict[str, str] = {"kafka.bootstrap.servers": s.bootstrap_servers}
+        opts.update({f"kafka.{k}": v for k, v in s.kafka.items()})
+        if s.topics:
+            opts["topics"] = ",".join(s.topics)
+        elif s.assign:
+            opts["assign"] = json.dumps(s.assign)
+        elif s.topic_pattern:
+            opts["topicPattern"] = s.topic_pattern
+        opts["startingOffsets"] = self.resolve_starting_offsets()
+        if s.starting_timestamp is not None and s.starting_offsets != "table":
+            opts["startingTimestamp"] = str(s.starting_timestamp)
+            opts["startingOffsetsByTimestampStrategy"] = s.starting_offsets_by_timestamp_strategy
+        if s.max_records_per_trigger:
+            opts["maxRecordsPerTrigger"] = str(s.max_records_per_trigger)
+        if s.min_records_per_trigger:
+            opts["minRecordsPerTrigger"] = str(s.min_records_per_trigger)
+        if s.max_trigger_delay:
+            opts["maxTriggerDelay"] = s.max_trigger_delay
+        if s.min_partitions:
+            opts["minPartitions"] = str(s.min_partitions)
+        opts["failOnDataLoss"] = str(s.fail_on_data_loss).lower()
+        opts["isolationLevel"] = s.isolation_level
+        opts["includeHeaders"] = str(s.include_headers).lower()
+        opts["brokerRetrySeconds"] = str(s.broker_retry_seconds)
+        return opts
+
+    def query_options(self) -> dict[str, str]:
+        """The options of the pipeline's query; remembers its explicit starting offsets."""
+        opts = self.options()
+        # timestamps win over startingOffsets
+        self.starting_offsets = None if "startingTimestamp" in opts else opts["startingOffsets"]
+        return opts
+
+    def rehearsal_options(self) -> dict[str, str]:
+        """A warm standby's rehearsal query: the same source, reading nothing old."""
+        opts = {**self.options(), "startingOffsets": "latest"}
+        opts.pop("startingTimestamp", None)
+        return opts
+
+    def resolve_starting_offsets(self) -> str:
+        """``table`` → the table's committed end offsets (docs/design.md invariant 6); only
+        used by Spark when the checkpoint is new."""
+        s = self.cfg.source
+        if isinstance(s.starting_offsets, dict):
+            return json.dumps(s.starting_offsets)
+        if s.starting_offsets != "table":
+            return s.starting_offsets
+        committed = self.main.committed_offsets(self.cfg.id)
+        if committed:
+            log.info("resuming from the table's committed offsets %s", committed.to_json())
+            return committed.to_json()  # partitions not listed start at earliest
+        return s.starting_offsets_fallback
+
+    def explicit_start(self, end: PartitionOffsets) -> PartitionOffsets | None:
+        """Start of a checkpoint's first batch when the source's initial offsets are
+        explicit for every partition in ``end`` (JSON offsets, e.g. resumed from the
+        table); None otherwise (earliest/latest are re-evaluated by Spark, so only the
+        batch's own DataFrame knows them and the first batch uses the Spark engine)."""
+        text = self.starting_offsets
+        if not text or not text.lstrip().startswith("{"):
+            return None
+        try:
+            given = PartitionOffsets.from_json(text)
+        except (ValueError, json.JSONDecodeError):
+            return None
+        if any(given.get(tp, -1) < 0 for tp in end):
+            return None
+        return PartitionOffsets({tp: given[tp] for tp in end})
+
+    def data_loss(
+        self, staged: StagedBatch, ranges: dict[TopicPartition, tuple[int, int]]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Ranges whose head was deleted by retention before we read it
+        (only possible with failOnDataLoss=false; otherwise the source stopped)."""
+        if self.cfg.source.fail_on_data_loss:
+            return {}
+        first = {TopicPartition(s.topic, s.partition): s.min_offset for s in staged.stats}
+        suspects = [tp for tp, (s, e) in ranges.items() if first.get(tp, e) > s]
+        if not suspects:
+            return {}
+        from pipeline.kafka.client import KafkaMetadata
+
+        low = KafkaMetadata(self.consumer_conf()).offsets(suspects)
+        out = {}
+        for tp in suspects:
+            s, e = ranges[tp]
+            lost_end = min(low[tp].low, first.get(tp, e), e)
+            if lost_end > s:
+                out[tp] = (s, lost_end)
+                log.warning(
+                    "data loss on %s: offsets [%d, %d) were deleted by retention", tp, s, lost_end
+                )
+        return out

@@ -1,0 +1,65 @@
+"""The driver's Spark session (built on first use) and the streaming queries it starts:
+the pipeline's query and a warm standby's rehearsal of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.config import PipelineConfig
+
+
+class SparkHandle:
+    """The session given to the pipeline, else one built from ``cfg.spark`` on first use."""
+
+    def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
+        self.cfg = cfg
+        self._spark = spark
+        if spark is not None:
+            from pipeline.spark.session import register_source
+
+            register_source(spark)
+
+    def get(self) -> Any:
+        if self._spark is None:
+            from pipeline.spark.session import build_spark
+
+            s = self.cfg.spark
+            self._spark = build_spark(s.app_name, s.master, s.conf)
+        return self._spark
+
+
+def start_stream(
+    spark: Any,
+    options: dict[str, str],
+    foreach_batch: Callable[[Any, int], Any],
+    *,
+    checkpoint: str,
+    name: str,
+    trigger: dict[str, Any],
+) -> Any:
+    """A started query: raw Kafka rows of the ``ingest_kafka`` source into
+    ``foreach_batch``. The batch writer decodes (spark/batch.py), so Spark has no decode
+    plan to re-analyse every batch when the arrow engine never runs it."""
+    from pipeline.source.datasource import SOURCE_NAME
+
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(foreach_batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(**trigger)
+        .queryName(name)
+        .start()
+    )
+
+
+def trigger_of(cfg: PipelineConfig) -> dict[str, Any]:
+    """``trigger(**...)`` arguments of the configured trigger."""
+    t = cfg.trigger
+    if t.mode == "available-now":
+        return {"availableNow": True}
+    if t.mode == "once":
+        return {"once": True}
+    return {"processingTime": t.interval}

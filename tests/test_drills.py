@@ -21,7 +21,7 @@ from rich.console import Console
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
 from pipeline.tools.broker import KAFKA_VERSION
-from pipeline.tools.drill.harness import broker_info, nodes_for
+from pipeline.tools.drill.brokers import broker_info, nodes_for
 from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Sample
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
 from pipeline.tools.drill.runner import DrillOptions, run_drills, select
@@ -129,7 +129,7 @@ def test_records_acknowledged_without_an_offset_are_counted_per_partition() -> N
     such records per partition, and the count places them on the tables' records at
     offsets no acknowledgement named, in that partition only."""
     from pipeline.tools.drill.count import tally
-    from pipeline.tools.drill.harness import RateProducer
+    from pipeline.tools.drill.producer import RateProducer
 
     producer = RateProducer("localhost:9092", "t", 2, 1.0, seed=1)
     for part, off in ((0, 0), (0, None), (0, 2), (1, 0), (1, None)):
@@ -157,7 +157,7 @@ def test_records_acknowledged_without_an_offset_are_counted_per_partition() -> N
 def test_kill_and_zombie_drills_run_with_background_compaction(tmp_path: Path) -> None:
     from pipeline.commit.faults import POINTS
     from pipeline.config import parse_config
-    from pipeline.tools.drill.harness import drill_config
+    from pipeline.tools.drill.pipeline_config import drill_config
     from pipeline.tools.drill.scenarios import DUAL_KILL_POINTS, KILL_POINTS
 
     for fmt in ("iceberg", "hudi", "both"):

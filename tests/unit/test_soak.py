@@ -1,6 +1,7 @@
-"""The soak drill's pure parts (pipeline/tools/drill/soak.py): the fault picker, the
-checkpoint schedule, the pace the schedule reaches on modelled timings, the summary.
-The live soak itself (``ingest drill --soak MINUTES``) is run by hand, not in CI."""
+"""The soak drill's pure parts (pipeline/tools/drill/soak_schedule.py, soak_summary.py):
+the fault picker, the checkpoint schedule, the pace the schedule reaches on modelled
+timings, the summary. The live soak itself (``ingest drill --soak MINUTES``) is run by
+hand, not in CI."""
 
 from __future__ import annotations
 
@@ -13,19 +14,21 @@ import pytest
 
 from pipeline.tools.drill.model import DrillResult, Recovery
 from pipeline.tools.drill.report import read_json, write_json
-from pipeline.tools.drill.soak import (
+from pipeline.tools.drill.soak_schedule import (
     AWAIT_WARM,
     CHECKPOINT,
     KILLS,
     FaultPicker,
-    SoakLog,
-    SoakRecovery,
     Timings,
     behind,
     checkpoint_times,
+    simulate,
+)
+from pipeline.tools.drill.soak_summary import (
+    SoakLog,
+    SoakRecovery,
     percentile,
     recovery_stats,
-    simulate,
     summarize,
     summary_line,
 )

@@ -37,10 +37,12 @@ from typing import Any
 
 from rich.console import Console
 
+from pipeline.tools.drill.brokers import broker_info
 from pipeline.tools.drill.count import count_against
-from pipeline.tools.drill.harness import ROOT, Rig, broker_info
+from pipeline.tools.drill.driver import ROOT
 from pipeline.tools.drill.model import DrillSpec, TableFormat
 from pipeline.tools.drill.report import write_files_png
+from pipeline.tools.drill.rig import Rig
 from pipeline.tools.drill.runner import DrillOptions
 
 RATE = 1000.0

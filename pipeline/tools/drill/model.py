@@ -1,5 +1,6 @@
 """Named types of a drill: what was asked (``DrillSpec``), what happened (``FaultEvent``,
-``Sample``, ``Recovery``) and the verdict (``DrillResult``).
+``Sample``, ``Recovery``), the verdict (``DrillResult``), and the two ways a drill ends
+early (``DrillTimeout``: a bounded wait ran out; ``SkipDrill``: it cannot run here).
 
 Invariant: a result is *ok* only when nothing produced is missing or duplicated in the
 tables (records lost to retention with ``failOnDataLoss=false`` are counted as ``lost``,
@@ -12,8 +13,18 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pipeline.errors import PipelineError
+
 TableFormat = Literal["iceberg", "hudi", "both"]  # both: the both table format (dual tables)
 Storage = Literal["local", "s3"]
+
+
+class DrillTimeout(PipelineError):
+    code = "drill-timeout"
+
+
+class SkipDrill(Exception):
+    """The drill cannot run here (reason in the message): reported as skipped."""
 
 
 @dataclass(frozen=True)

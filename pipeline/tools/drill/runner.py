@@ -12,9 +12,9 @@ drill's pipeline on its own standalone cluster (reported as ``<scenario>@cluster
 drill that cannot run here is reported as skipped with its reason; a drill that throws is
 reported FAILED with the error.
 
-Every drill starts its own Kafka cluster (``harness.DrillBroker``: three KRaft nodes,
+Every drill starts its own Kafka cluster (``brokers.DrillBroker``: three KRaft nodes,
 replication factor 3) unless ``--bootstrap`` names one; ``report.json`` (``broker``) and
-the printed table state which (``harness.broker_info``).
+the printed table state which (``brokers.broker_info``).
 """
 
 from __future__ import annotations
@@ -33,10 +33,18 @@ from rich.live import Live
 from rich.text import Text
 
 from pipeline.errors import ConfigError
-from pipeline.tools.drill.harness import Rig, broker_info
-from pipeline.tools.drill.model import CLUSTER_ONLY, DrillResult, DrillSpec, Storage, TableFormat
+from pipeline.tools.drill.brokers import broker_info
+from pipeline.tools.drill.model import (
+    CLUSTER_ONLY,
+    DrillResult,
+    DrillSpec,
+    SkipDrill,
+    Storage,
+    TableFormat,
+)
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
-from pipeline.tools.drill.scenarios import SCENARIOS, SkipDrill, private_pg_cluster
+from pipeline.tools.drill.rig import Rig
+from pipeline.tools.drill.scenarios import SCENARIOS, private_pg_cluster
 
 ORDER = (
     "kill",

@@ -41,40 +41,34 @@ recovery median / p90 / max by kind, checkpoint deletions, counts, verdict) and
 
 from __future__ import annotations
 
-import random
 import shutil
-import statistics
 import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from rich.console import Console, Group
 from rich.text import Text
 
-from pipeline.tools.drill.harness import DrillTimeout, DriverProcess, Rig, broker_info
-from pipeline.tools.drill.model import DrillResult, DrillSpec, Recovery, TableFormat
+from pipeline.tools.drill.brokers import broker_info
+from pipeline.tools.drill.driver import DriverProcess
+from pipeline.tools.drill.model import DrillResult, DrillSpec, DrillTimeout, Recovery, TableFormat
 from pipeline.tools.drill.report import summary_table, write_json, write_timeline
+from pipeline.tools.drill.rig import Rig
 from pipeline.tools.drill.runner import DrillOptions, live_display, run_one
+from pipeline.tools.drill.soak_schedule import (
+    AWAIT_WARM,
+    CHECKPOINT,
+    KILLS,
+    FaultPicker,
+    Pick,
+    StandbyState,
+    behind,
+    checkpoint_times,
+)
+from pipeline.tools.drill.soak_summary import SoakLog, SoakRecovery, summarize, summary_line
 
-StandbyState = Literal["none", "warming", "warm"]
-KILLS = ("kill-active", "kill-standby", "kill-solo")
-CHECKPOINT = "checkpoint-deleted"
-AWAIT_WARM = "await-warm"  # a pick that injects nothing: let the standby get warm
-RECOVERY_KINDS = ("warm", "cold", "checkpoint", "unplanned")
 HA = ("ha.mode=auto",)
 WARM_LINE = "standing by, warm"
 TOOK_OVER_LINE = "took over the lease"
-
-GAP_S = (4.0, 9.0)  # from one fault to the next, then the active's next commit
-KILL_DELAY_S = 1.0  # an active is killed 0-1 s after a commit: anywhere in a batch
-TARGET_INTERVAL_S = 14.0  # behind this pace a warming standby is killed more often
-P_KILL_ACTIVE = 0.7  # a warm standby: kill the active, else the standby
-P_KILL_WARMING = (0.4, 0.9)  # a warming standby (on pace, behind): kill it, else let it warm
-P_RESPAWN = (0.4, 0.8)  # after kill-standby (on pace, behind): start another, else kill-solo
-CHECKPOINT_EVERY_S = 300.0
-CHECKPOINT_TAIL_S = 30.0  # no checkpoint deletion this close to the end of the faults
 # bounds of every wait: a slow host stretches a soak, a stuck driver fails it, never a hang
 FIRST_COMMIT_TIMEOUT_S = 480.0
 COLD_TIMEOUT_S = 300.0
@@ -84,209 +78,6 @@ PROGRESS_TIMEOUT_S = 120.0
 DRAIN_TIMEOUT_S = 480.0
 STANDBY_STOP_S = 20.0  # SIGTERM grace of a standby (one still warming up stops after it)
 MAX_LABELS = 40  # a longer soak's timeline draws its faults without labels
-
-
-# -- the schedule (pure) ---------------------------------------------------------------
-@dataclass(frozen=True)
-class Pick:
-    """The next fault (or :data:`AWAIT_WARM`: let the standby get warm, then kill the
-    active); ``respawn``: after a kill-standby, start another standby at once."""
-
-    kind: str
-    respawn: bool = True
-
-
-class FaultPicker:
-    """The soak's random choices, from one seed: gaps, kill delays, faults."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-
-    def gap(self) -> float:
-        return self.rng.uniform(*GAP_S)
-
-    def kill_delay(self) -> float:
-        return self.rng.uniform(0.0, KILL_DELAY_S)
-
-    def pick(self, standby: StandbyState, counts: Mapping[str, int], behind: bool) -> Pick:
-        """The fault the state allows: kill-solo needs no standby, kill-active a warm one.
-        The first kill-active and kill-solo are not left to chance."""
-        if standby == "none":
-            return Pick("kill-solo")
-        if standby == "warm":
-            if not counts.get("kill-active") or self.rng.random() < P_KILL_ACTIVE:
-                return Pick("kill-active")
-            return Pick("kill-standby", self._respawn(counts, behind))
-        if not counts.get("kill-active"):
-            return Pick(AWAIT_WARM)
-        if not counts.get("kill-solo"):
-            return Pick("kill-standby", respawn=False)
-        if self.rng.random() < P_KILL_WARMING[int(behind)]:
-            return Pick("kill-standby", self._respawn(counts, behind))
-        return Pick(AWAIT_WARM)
-
-    def _respawn(self, counts: Mapping[str, int], behind: bool) -> bool:
-        return bool(counts.get("kill-solo")) and self.rng.random() < P_RESPAWN[int(behind)]
-
-
-def behind(kills: int, elapsed_s: float) -> bool:
-    """Fewer kills than one per :data:`TARGET_INTERVAL_S` so far."""
-    return kills < elapsed_s / TARGET_INTERVAL_S
-
-
-def checkpoint_times(duration_s: float) -> list[float]:
-    """Seconds into the faults of each checkpoint deletion: every 5 minutes, halfway in
-    a soak under 10 minutes, none in the last :data:`CHECKPOINT_TAIL_S`."""
-    every = min(CHECKPOINT_EVERY_S, duration_s / 2)
-    times, t = [], every
-    while every > 0 and t <= duration_s - CHECKPOINT_TAIL_S:
-        times.append(round(t, 1))
-        t += every
-    return times
-
-
-@dataclass(frozen=True)
-class Timings:
-    """Modelled durations (s) of a 2-core host, for :func:`simulate`."""
-
-    warm: float = 15.0  # a standby's start to "standing by, warm"
-    takeover: float = 2.5  # kill-active to the standby's first commit
-    cold: float = 13.0  # a start to the first commit
-    commit: float = 1.0  # the active's next commit
-    stop: float = 5.0  # stopping both drivers cleanly
-
-
-def simulate(minutes: float, seed: int, t: Timings = Timings()) -> Counter[str]:
-    """The faults the live soak (:meth:`SoakRun.faults`) injects in ``minutes`` when
-    every step takes its modelled time: the schedule's pace, without a cluster."""
-    picker = FaultPicker(seed)
-    counts: Counter[str] = Counter()
-    duration = minutes * 60.0
-    ckpts = checkpoint_times(duration)
-    now = last = 0.0
-    standby_since: float | None = -t.warm  # the clock starts with the pair up
-    while True:
-        now = max(now, last + picker.gap()) + t.commit
-        if now >= duration:
-            return counts
-        if ckpts and now >= ckpts[0]:
-            ckpts.pop(0)
-            counts[CHECKPOINT] += 1
-            last = now + t.stop
-            now, standby_since = last + t.cold, last + t.cold
-            continue
-        state: StandbyState = (
-            "none"
-            if standby_since is None
-            else ("warm" if now - standby_since >= t.warm else "warming")
-        )
-        pick = picker.pick(state, counts, behind(sum(counts[k] for k in KILLS), now))
-        if pick.kind == AWAIT_WARM:
-            assert standby_since is not None
-            now = max(now, standby_since + t.warm)
-            if now >= duration:
-                return counts
-            pick = Pick("kill-active")
-        if pick.kind in ("kill-active", "kill-solo"):
-            now += t.commit + picker.kill_delay()
-        last = now
-        counts[pick.kind] += 1
-        if pick.kind == "kill-active":
-            now += t.takeover
-            standby_since = now
-        elif pick.kind == "kill-standby":
-            standby_since = now if pick.respawn else None
-        else:
-            now += t.cold
-            standby_since = now
-
-
-# -- the record and its summary (pure) ---------------------------------------------------
-@dataclass(frozen=True)
-class SoakRecovery:
-    kind: str  # warm | cold | checkpoint | unplanned
-    recovery: Recovery  # its first_commit is filled in by the rig's sampler
-
-
-@dataclass
-class SoakLog:
-    """What the soak did, beside the drill result."""
-
-    minutes: float
-    seed: int
-    counts: Counter[str] = field(default_factory=Counter)
-    recoveries: list[SoakRecovery] = field(default_factory=list)
-    unplanned_exits: int = 0
-    fault_s: float = 0.0  # the fault phase as it ran (first commit to the last fault)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated ``q`` percentile (0-100) of a non-empty sequence."""
-    v = sorted(values)
-    pos = (len(v) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
-
-def recovery_stats(seconds: Sequence[float]) -> dict[str, Any]:
-    if not seconds:
-        return {"n": 0, "median": None, "p90": None, "max": None}
-    return {
-        "n": len(seconds),
-        "median": round(statistics.median(seconds), 2),
-        "p90": round(percentile(seconds, 90), 2),
-        "max": round(max(seconds), 2),
-    }
-
-
-def summarize(result: DrillResult, log: SoakLog) -> dict[str, Any]:
-    """The soak section of the report."""
-    by_kind: dict[str, list[float]] = {k: [] for k in RECOVERY_KINDS}
-    unrecovered: Counter[str] = Counter()
-    for r in log.recoveries:
-        secs = r.recovery.seconds
-        if secs is None:
-            unrecovered[r.kind] += 1
-        else:
-            by_kind.setdefault(r.kind, []).append(round(secs, 2))
-    kills = {k: log.counts.get(k, 0) for k in KILLS}
-    total = sum(kills.values())
-    return {
-        "minutes": log.minutes,
-        "seed": log.seed,
-        "format": result.table_format,
-        "fault_s": round(log.fault_s, 1),
-        "kills": {**kills, "total": total},
-        "mean_kill_interval_s": round(log.fault_s / total, 1) if total else None,
-        "checkpoint_deletions": log.counts.get(CHECKPOINT, 0),
-        "recovery_s": {k: recovery_stats(v) for k, v in by_kind.items() if v},
-        "recoveries_without_commit": dict(unrecovered),
-        "unplanned_exits": log.unplanned_exits,
-        "produced": result.produced,
-        "committed": result.committed,
-        "missing": result.missing,
-        "duplicated": result.duplicated,
-        "duration_s": result.duration_s,
-        "verdict": result.verdict,
-    }
-
-
-def summary_line(s: dict[str, Any], problems: Sequence[str] = ()) -> str:
-    """The one line printed at the end, like every drill's."""
-    kills = s["kills"]
-    kinds = ", ".join(f"{kills[k]} {k}" for k in KILLS)
-    rec = ", ".join(
-        f"{k} {v['median']:.1f}/{v['p90']:.1f}/{v['max']:.1f}s (n={v['n']})"
-        for k, v in s["recovery_s"].items()
-    )
-    line = (
-        f"soak/{s['format']}: {s['verdict']} ({s['duration_s']:.0f}s, seed {s['seed']}, "
-        f"{kills['total']} kills: {kinds}; {s['checkpoint_deletions']} checkpoint "
-        f"deletion(s); recovery median/p90/max {rec or '-'}; {s['produced']} produced, "
-        f"{s['missing']} missing, {s['duplicated']} duplicated)"
-    )
-    return line + (f" — {'; '.join(problems)[:300]}" if problems else "")
 
 
 # -- the live soak ------------------------------------------------------------------------

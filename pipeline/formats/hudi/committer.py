@@ -45,11 +45,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint
+from pipeline.commit.fence import check_fence
 from pipeline.commit.history import carry_forward, forgettable
 from pipeline.commit.instant import BatchIdentity, next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.errors import CommitError, FencedError
+from pipeline.errors import CommitError
 from pipeline.formats.hudi.cow_table import _MAX_SCAN, SCHEMA_KEY, HudiTable
 from pipeline.formats.hudi.layout import (
     BASE_FILE,
@@ -277,11 +278,7 @@ class HudiCommitter:
             return
         with self.hudi.locked() as meta:
             current = self._owner_epoch(meta, pipeline_id)
-            if current > epoch:
-                raise FencedError(
-                    f"cannot fence Hudi table {self.hudi.base} at epoch {epoch}: pipeline "
-                    f"{pipeline_id!r} is already at epoch {current}"
-                )
+            check_fence(pipeline_id, epoch, current, f"fence of Hudi table {self.hudi.base}")
             if current == epoch:
                 return
             self.files.write(
@@ -427,11 +424,7 @@ class HudiCommitter:
             # first: a superseded writer stops even when a newer one committed its batch
             # for it (recovery recommits a paused writer's instant)
             owner = self._owner_epoch(meta, cp.pipeline_id)
-            if owner > cp.epoch:
-                raise FencedError(
-                    f"Hudi table {self.hudi.base}: pipeline {cp.pipeline_id!r} is owned by "
-                    f"writer epoch {owner}; this writer holds epoch {cp.epoch} and must stop"
-                )
+            check_fence(cp.pipeline_id, cp.epoch, owner, f"commit to Hudi table {self.hudi.base}")
             if exists:
                 done = self._find_batch(cp.pipeline_id, cp.incarnation, cp.batch_id, cp.batch_end)
                 if done is not None:

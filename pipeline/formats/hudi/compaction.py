@@ -217,14 +217,9 @@ class HudiMaintenance:
         return CompactionResult(self.name, attempts=self.max_attempts)
 
     def _check_fence(self, fence: WriterFence | None) -> None:
-        if fence is None:
-            return
-        latest = self.committer.latest_epoch(fence.pipeline_id)
-        if latest is not None and latest > fence.epoch:
-            raise FencedError(
-                f"compaction of {self.name} stopped: pipeline {fence.pipeline_id!r} is at "
-                f"writer epoch {latest}; this writer holds epoch {fence.epoch}"
-            )
+        if fence is not None:
+            latest = self.committer.latest_epoch(fence.pipeline_id)
+            fence.check(latest, f"compaction of {self.name}")
 
     def claim(self) -> int:
         """This run's compaction epoch: a fence slot above every earlier compaction's."""

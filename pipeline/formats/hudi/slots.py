@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.commit.fence import check_fence
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.errors import CommitError, FencedError
 from pipeline.formats.hudi.layout import TablePaths
@@ -143,11 +144,7 @@ class CommitSlots:
             if head is not None:
                 self._materialize(head)
             owner = max(at_least, head.epoch if head is not None else 0)
-            if owner > epoch:
-                raise FencedError(
-                    f"{self.what}: pipeline {self.pipeline_id!r} is owned by writer epoch "
-                    f"{owner}; this writer holds epoch {epoch} and must stop"
-                )
+            check_fence(self.pipeline_id, epoch, owner, self.what)
             slot = make(head.number if head is not None else 0)
             if slot.kind == "fence" and owner == epoch:
                 return None  # fenced at this epoch already

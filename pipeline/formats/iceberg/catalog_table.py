@@ -70,11 +70,11 @@ from pipeline.commit.checkpoint import (
     CommitCheckpoint,
 )
 from pipeline.commit.checkpoint import parse_offsets as _parse_offsets
+from pipeline.commit.fence import check_fence
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import (
     CommitError,
     ConfigError,
-    FencedError,
 )
 from pipeline.formats.iceberg.catalog import load_catalog, mask_uri, one_line
 from pipeline.formats.iceberg.expiry import (
@@ -401,12 +401,8 @@ class IcebergTable:
                 )
             latest = self._latest(table, pipeline_id)
             if latest is not None and latest.epoch >= epoch:
-                if latest.epoch > epoch:
-                    raise FencedError(
-                        f"cannot fence table {self.name} at epoch {epoch}: pipeline "
-                        f"{pipeline_id!r} already committed at epoch {latest.epoch}"
-                    )
-                return None
+                check_fence(pipeline_id, epoch, latest.epoch, f"fence of table {self.name}")
+                return None  # this epoch already fenced it
             marker = CommitCheckpoint(
                 pipeline_id=pipeline_id,
                 incarnation=latest.incarnation if latest is not None else "",
@@ -460,12 +456,9 @@ class IcebergTable:
         checkpoint: CommitCheckpoint,
         precondition: Callable[[CommitCheckpoint | None], None] | None,
     ) -> None:
-        if latest is not None and latest.epoch > checkpoint.epoch:
-            raise FencedError(
-                f"table {self.name} has commits of pipeline {checkpoint.pipeline_id!r} at "
-                f"writer epoch {latest.epoch} (batch {latest.batch_id}); this writer holds "
-                f"epoch {checkpoint.epoch} and must stop"
-            )
+        if latest is not None:
+            where = f"commit to table {self.name} (its batch {latest.batch_id})"
+            check_fence(checkpoint.pipeline_id, checkpoint.epoch, latest.epoch, where)
         if precondition is not None:
             precondition(latest)
 

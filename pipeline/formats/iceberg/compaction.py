@@ -198,14 +198,9 @@ class IcebergMaintenance:
                 self._delete(written)
 
     def _check_fence(self, fence: WriterFence | None) -> None:
-        if fence is None:
-            return
-        latest = self.iceberg.latest_checkpoint(fence.pipeline_id)
-        if latest is not None and latest.epoch > fence.epoch:
-            raise FencedError(
-                f"compaction of {self.name} stopped: pipeline {fence.pipeline_id!r} committed "
-                f"at writer epoch {latest.epoch}; this writer holds epoch {fence.epoch}"
-            )
+        if fence is not None:
+            latest = self.iceberg.latest_checkpoint(fence.pipeline_id)
+            fence.check(latest.epoch if latest else None, f"compaction of {self.name}")
 
     @staticmethod
     def _still_live(table: Table, inputs: list[DataFile]) -> bool:

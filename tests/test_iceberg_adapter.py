@@ -57,6 +57,7 @@ from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import CommitError, ConfigError, FencedError, find_pipeline_error
 from pipeline.formats.columns import spark_ddl, table_columns
 from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.partition_values import transform_array
 from pipeline.formats.iceberg.schema import (
     KAFKA_COLUMNS,
     FieldSpec,
@@ -69,7 +70,6 @@ from pipeline.formats.iceberg.schema import (
 from pipeline.formats.iceberg.writer import (
     DataFileWriteError,
     WriteContext,
-    _transform_array,
     deserialize_data_file,
     serialize_data_file,
     write_data_files,
@@ -355,10 +355,10 @@ def test_vectorized_transforms_match_pyiceberg() -> None:
     for transform in time_transforms:
         for arr, source in sources:
             expected = [transform.transform(source)(v) for v in micros]
-            assert _transform_array(transform, source, arr).to_pylist() == expected, transform
+            assert transform_array(transform, source, arr).to_pylist() == expected, transform
     for transform in time_transforms[:3]:
         expected = [transform.transform(DateType())(v) for v in days.cast(pa.int32()).to_pylist()]
-        assert _transform_array(transform, DateType(), days).to_pylist() == expected, transform
+        assert transform_array(transform, DateType(), days).to_pylist() == expected, transform
 
     strings = pa.array(["alpha", "beta", None, "alpha", "gämma"], pa.large_string())
     longs = pa.array([1, -5, 34, None, 2**40], pa.int64())
@@ -372,7 +372,7 @@ def test_vectorized_transforms_match_pyiceberg() -> None:
         expected = [
             transform.transform(source)(v) if v is not None else None for v in arr.to_pylist()
         ]
-        assert _transform_array(transform, source, arr).to_pylist() == expected, transform
+        assert transform_array(transform, source, arr).to_pylist() == expected, transform
 
 
 # ---------------------------------------------------------------------------------------

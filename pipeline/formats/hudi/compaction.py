@@ -365,7 +365,4 @@ class HudiMaintenance:
         with self.hudi.locked() as meta:
             if self.files.stat(f"{meta}/{completed}") is not None:
                 raise CommitError(f"{self.name}: compaction {ts} completed during its rollback")
-            for name in (inflight, requested):
-                if self.files.delete(f"{meta}/{name}"):
-                    self.files.sync_dir(meta)
-            self.files.remove_tree(root)
+            self.hudi.discard_pending(meta, ts, (inflight, requested))

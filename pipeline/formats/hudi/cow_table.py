@@ -137,10 +137,12 @@ class HudiTable:
             next(self.files.files_under(f"{self.paths.meta}/{MARKERS_DIR}/{ts}"), None) is not None
         )
 
-    def discard_pending(self, meta: str, ts: str) -> None:
-        """Forget pending instant ``ts`` that staged nothing: ``.inflight``, then
-        ``.commit.requested``, then its (empty) marker directory."""
-        for name in (inflight_name(ts), requested_name(ts)):
+    def discard_pending(self, meta: str, ts: str, names: Sequence[str] | None = None) -> None:
+        """Forget pending instant ``ts`` whose files are gone (or were never staged): its
+        inflight file, then its requested file (``names``, in that order; default: those
+        of a commit), then its marker directory. The one rollback of instant files, for
+        ingest instants and compactions alike."""
+        for name in names or (inflight_name(ts), requested_name(ts)):
             if self.files.delete(f"{meta}/{name}"):
                 self.files.sync_dir(meta)
         self.files.remove_tree(f"{meta}/{MARKERS_DIR}/{ts}")

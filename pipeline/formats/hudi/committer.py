@@ -37,12 +37,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
 
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint
 from pipeline.commit.fence import check_fence
@@ -51,7 +49,8 @@ from pipeline.commit.instant import BatchIdentity, next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError
-from pipeline.formats.hudi.cow_table import _MAX_SCAN, SCHEMA_KEY, HudiTable
+from pipeline.formats.hudi.commit_metadata import commit_metadata_json
+from pipeline.formats.hudi.cow_table import _MAX_SCAN, HudiTable
 from pipeline.formats.hudi.layout import (
     BASE_FILE,
     TablePaths,
@@ -69,50 +68,6 @@ from pipeline.formats.hudi.writer import HudiWriteContext, describe
 log = logging.getLogger(__name__)
 
 __all__ = ["HudiCommitter", "commit_metadata_json"]
-
-
-def _write_stat(d: Mapping[str, Any]) -> dict[str, Any]:
-    size, n = int(d["size"]), int(d["records"])
-    return {
-        "fileId": d["fileId"],
-        "path": d["path"],
-        "cdcStats": None,
-        "prevCommit": "null",
-        "numWrites": n,
-        "numDeletes": 0,
-        "numUpdateWrites": 0,
-        "numInserts": n,
-        "totalWriteBytes": size,
-        "totalWriteErrors": 0,
-        "tempPath": None,
-        "partitionPath": d["partitionPath"],
-        "totalLogRecords": 0,
-        "totalLogFilesCompacted": 0,
-        "totalLogSizeCompacted": 0,
-        "totalUpdatedRecordsCompacted": 0,
-        "totalLogBlocks": 0,
-        "totalCorruptLogBlock": 0,
-        "totalRollbackBlocks": 0,
-        "fileSizeInBytes": size,
-        "minEventTime": None,
-        "maxEventTime": None,
-        "runtimeStats": None,
-    }
-
-
-def commit_metadata_json(
-    files: Sequence[Mapping[str, Any]], schema: str, extra: Mapping[str, str]
-) -> bytes:
-    stats: dict[str, list[dict[str, Any]]] = {}
-    for d in files:
-        stats.setdefault(str(d["partitionPath"]), []).append(_write_stat(d))
-    doc = {
-        "partitionToWriteStats": stats,
-        "compacted": False,
-        "extraMetadata": {SCHEMA_KEY: schema, **extra},
-        "operationType": "INSERT",
-    }
-    return json.dumps(doc, indent=2).encode()
 
 
 class HudiCommitter:

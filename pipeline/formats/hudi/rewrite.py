@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.commit.maintenance import COMPACTION_KEY
-from pipeline.formats.hudi.committer import commit_metadata_json
+from pipeline.formats.hudi.commit_metadata import commit_metadata_json
 from pipeline.formats.hudi.layout import MARKERS_DIR, base_file_name
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.storage import TableFiles

@@ -1,0 +1,76 @@
+"""``ingest bench``: the benchmark (docs/bench.md). Without flags the quick preset (a few
+minutes); the published report's full preset (about an hour) only with ``--full``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from pipeline.cli.common import app, out, require_broker, setup_logging
+
+
+@app.command()
+def bench(
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full/--quick",
+            help="--full: the published report's preset (~20 min, plus ~35 for the "
+            "fixed-cost section); default --quick: the smoke preset (~1-2 min, plus ~3)",
+        ),
+    ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="section (repeatable): raw, throughput, overhead, latency, cpu, "
+            "memory, freshness, recovery, growth, fixed"
+        ),
+    ] = None,
+    records: Annotated[
+        int | None, typer.Option(help="records in the throughput data set", min=1)
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="report.json and PNG charts; default: a new ./bench-<time> directory "
+            "(--full --out docs/bench refreshes the committed report)",
+        ),
+    ] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="external Kafka; default: its own one-node Apache Kafka")
+    ] = None,
+    work: Annotated[Path | None, typer.Option(help="keep run dirs and logs here")] = None,
+    profile: Annotated[
+        bool, typer.Option(help="also profile the worker hot path (pyinstrument) into --out")
+    ] = False,
+) -> None:
+    """Benchmark: raw ceiling, throughput, exactly-once overhead, commit latency and growth,
+    recovery, memory, freshness, CPU per record (docs/bench.md)."""
+    from pipeline.tools.bench.runner import BenchOptions, run_bench, selected
+
+    selected(only or ())  # an unknown --only section: refused before anything starts
+    if bootstrap is not None:
+        require_broker(bootstrap)
+    setup_logging("bench", screen=logging.WARNING)
+    preset = "full" if full else "quick"
+    out.print(
+        f"preset {preset}"
+        + ("" if full else escape(" (smoke run; --full for the published report's preset)")),
+        highlight=False,
+    )
+    opts = BenchOptions(
+        preset=preset,
+        only=tuple(only or ()),
+        records=records,
+        out=out_dir or Path(f"bench-{time.strftime('%Y%m%d-%H%M%S')}"),
+        bootstrap=bootstrap,
+        work=work.resolve() if work else None,
+        profile=profile,
+    )
+    run_bench(opts, out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,11 +29,42 @@ from pydantic.alias_generators import to_camel
 
 from pipeline.errors import ConfigError
 
+# YAML 1.1 (PyYAML) reads unquoted off/no/false and on/yes/true as booleans: the
+# spellings a boolean stands for when a string-enum option expects one of them
+_YAML_BOOL_SPELLINGS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+
+
+def _string_choices(annotation: Any) -> tuple[str, ...]:
+    """The string values of the ``Literal``s in ``annotation`` (also inside a union)."""
+    if typing.get_origin(annotation) is Literal:
+        return tuple(a for a in typing.get_args(annotation) if isinstance(a, str))
+    return tuple(c for a in typing.get_args(annotation) for c in _string_choices(a))
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_booleans_as_enum_values(cls, data: Any) -> Any:
+        """``ha: {mode: off}`` and ``--set ha.mode=off`` arrive as ``False``: for a field
+        whose allowed strings include such a spelling (``off``), take the boolean as it."""
+        if not isinstance(data, dict):
+            return data
+        fixed = dict(data)
+        for name, info in cls.model_fields.items():
+            choices = _string_choices(info.annotation)
+            if not choices:
+                continue
+            for key in {name, info.alias or name}:
+                value = fixed.get(key)
+                if isinstance(value, bool):
+                    spelled = [c for c in _YAML_BOOL_SPELLINGS[value] if c in choices]
+                    if spelled:
+                        fixed[key] = spelled[0]
+        return fixed
 
 
 # librdkafka settings whose values are secrets (sasl.password, ssl.key.password,
@@ -57,7 +89,7 @@ class SourceConfig(_Model):
     topics: list[str] | None = None
     assign: dict[str, list[int]] | None = None
     topic_pattern: str | None = None
-    # "table": resume from the table's committed offsets when it has any (DESIGN inv. 6)
+    # "table": resume from the committed offsets of the table (docs/design.md invariant 6)
     starting_offsets: Literal["table", "earliest", "latest"] | dict[str, dict[str, int]] = "table"
     starting_offsets_fallback: Literal["earliest", "latest"] = "earliest"
     starting_timestamp: int | None = Field(default=None, ge=0)
@@ -242,7 +274,7 @@ class SparkConfig(_Model):
 
 
 class CommitConfig(_Model):
-    """The commit protocol (DESIGN invariants 3-7)."""
+    """The commit protocol (docs/design.md invariants 3-7)."""
 
     mode: Literal["exactly-once", "at-least-once"] = "exactly-once"
     # records at offsets the table already holds (checkpoint behind the table)

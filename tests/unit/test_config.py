@@ -109,3 +109,21 @@ def test_ha_defaults_off_and_bad_lease_settings_are_one_line_errors() -> None:
         parse_config({**BASE, "ha": {"mode": "auto", "renewSeconds": 2}})
     with pytest.raises(ConfigError, match="ha.mode standby needs commit.mode exactly-once"):
         parse_config({**BASE, "ha": {"mode": "standby"}, "commit": {"mode": "at-least-once"}})
+
+
+def test_yaml_booleans_validate_as_the_enum_values_they_spell(tmp_path: Path) -> None:
+    """YAML 1.1 reads an unquoted ``off`` as false: ``ha: {mode: off}``, as the README and
+    the example spell it, and ``--set ha.mode=off`` must mean the value ``off``."""
+    f = tmp_path / "p.yaml"
+    import yaml
+
+    f.write_text(yaml.safe_dump(BASE) + "ha: {mode: off}\n")
+    assert load_config(f, env={}).ha.mode == "off"
+    f.write_text(yaml.safe_dump(BASE))
+    assert load_config(f, ["ha.mode=off"], env={}).ha.mode == "off"
+    assert load_config(f, ["ha.mode=auto", "ha.mode=off"], env={}).ha.mode == "off"
+    # a boolean no allowed value spells is still refused, naming the allowed values
+    with pytest.raises(ConfigError, match=r"ha\.mode: .*'off', 'active', 'standby' or 'auto'"):
+        load_config(f, ["ha.mode=on"], env={})
+    # a real boolean option keeps its booleans
+    assert load_config(f, ["source.includeHeaders=on"], env={}).source.include_headers is True

@@ -170,3 +170,156 @@ def test_the_rules_see_what_they_should() -> None:
     assert _documented_in_readme("metrics.enabled", rows)
     assert not _documented_in_readme("metrics.port", rows)
     assert not _documented_in_readme("metricsx", rows)
+
+
+# -- the example config, uncommented block by block -------------------------------------------
+
+_COMMENTED_KEY = re.compile(r"^\s*#\s+[a-z][\w.]*:(\s|$)")
+_SUBSCRIPTIONS = ("topics", "assign", "topicPattern")  # exactly one of them at a time
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def commented_blocks(lines: list[str]) -> list[list[int]]:
+    """Line numbers of each run of consecutive commented-out key lines."""
+    blocks: list[list[int]] = []
+    for i, line in enumerate(lines):
+        if not _COMMENTED_KEY.match(line):
+            continue
+        if blocks and blocks[-1][-1] == i - 1:
+            blocks[-1].append(i)
+        else:
+            blocks.append([i])
+    return blocks
+
+
+def _validate_example(text: str, overrides: list[str] | None = None) -> PipelineConfig:
+    """``text`` as a config file, every ``${VAR}`` it names set, and each subscription
+    it holds tried alone (``source.assign`` and ``source.topicPattern`` are alternatives
+    to ``source.topics``)."""
+    import yaml
+
+    from pipeline.config import apply_overrides, parse_config
+
+    env = {name: "x" for name in _ENV.findall(text)}
+    data = yaml.safe_load(text)
+    subs = [k for k in _SUBSCRIPTIONS if k in data["source"]]
+    cfg = None
+    for keep in subs:
+        one = {
+            **data,
+            "source": {
+                k: v for k, v in data["source"].items() if k == keep or k not in _SUBSCRIPTIONS
+            },
+        }
+        cfg = parse_config(apply_overrides(one, overrides or []), env)
+    assert cfg is not None
+    return cfg
+
+
+def test_every_commented_block_of_the_example_validates_when_uncommented() -> None:
+    lines = (ROOT / "conf" / "pipeline.example.yaml").read_text().splitlines()
+    _validate_example("\n".join(lines))
+    blocks = commented_blocks(lines)
+    assert len(blocks) >= 8, blocks  # the rule sees the blocks (hudi, ha, maintenance ...)
+    for block in blocks:
+        text = "\n".join(
+            ln.replace("# ", "", 1) if i in block else ln for i, ln in enumerate(lines)
+        )
+        try:
+            _validate_example(text)
+        except Exception as e:
+            shown = "\n".join(lines[i] for i in block)
+            raise AssertionError(f"uncommented, this block fails: {e}\n{shown}") from None
+
+
+def enum_keys(model: type[BaseModel] = PipelineConfig, prefix: str = "") -> dict[str, list[str]]:
+    """{dotted key: its allowed string values} of every string-enum option."""
+    from pipeline.config import _string_choices
+
+    out: dict[str, list[str]] = {}
+    for name, info in model.model_fields.items():
+        path = prefix + (info.alias or to_camel(name))
+        section = _model_of(info.annotation)
+        if section is not None:
+            out.update(enum_keys(section, path + "."))
+        elif choices := _string_choices(info.annotation):
+            out[path] = list(choices)
+    return out
+
+
+# what a value needs beside it to validate
+_COMPANIONS = {
+    "sink.format=hudi": ["sink.hudi.basePath=/x"],
+    "sink.format=both": ["sink.hudi.basePath=/x"],
+}
+
+
+def test_every_documented_enum_value_is_accepted_through_set() -> None:
+    """Every allowed value of every string-enum option is named in its README row and
+    validates as ``--set key=value`` over the example, spelled as the README spells it
+    (unquoted: ``--set ha.mode=off``)."""
+    enums = enum_keys()
+    assert {"ha.mode", "sink.format", "trigger.mode", "source.isolationLevel"} <= set(enums)
+    text = (ROOT / "conf" / "pipeline.example.yaml").read_text()
+    rows = readme_rows()
+    for key, values in enums.items():
+        row = next(
+            r for named, r in rows if key in named or any(key.startswith(n + ".") for n in named)
+        )
+        for value in values:
+            assert re.search(rf"\b{re.escape(value)}\b", row), f"README row {key}: no {value}"
+            setting = f"{key}={value}"
+            cfg = _validate_example(text, [*_COMPANIONS.get(setting, []), setting])
+            node: Any = cfg
+            for part in key.split("."):
+                node = getattr(
+                    node,
+                    next(
+                        n
+                        for n, f in type(node).model_fields.items()
+                        if part in (n, f.alias or to_camel(n))
+                    ),
+                )
+            assert node == value, (setting, node)
+
+
+# -- CLI options: the README's command table names every option of every command ---------------
+
+
+def readme_command_rows() -> dict[str, str]:
+    """{command: its command cell} of the README's command table."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for ln in section.splitlines():
+        m = re.match(r"\| `ingest (?P<cmd>[a-z]+)", ln)
+        if m:
+            rows[m["cmd"]] = ln.split(" | ", 1)[0]
+    return rows
+
+
+def cli_options() -> dict[str, tuple[set[str], set[str]]]:
+    """{command: (its long options, their secondary spellings such as --quick)}."""
+    import typer
+
+    from pipeline.cli import app
+
+    group: Any = typer.main.get_command(app)  # typer's bundled click: a Group
+    out = {}
+    for name, cmd in group.commands.items():
+        opts = {o for p in cmd.params for o in p.opts if o.startswith("--")} - {"--help"}
+        secondary = {o for p in cmd.params for o in getattr(p, "secondary_opts", [])}
+        out[name] = (opts, secondary)
+    return out
+
+
+def test_every_cli_option_is_in_the_readme_command_table() -> None:
+    rows = readme_command_rows()
+    commands = cli_options()
+    assert set(rows) == set(commands), (sorted(rows), sorted(commands))
+    for name, (opts, secondary) in commands.items():
+        named = set(re.findall(r"--[a-z][a-z-]*", rows[name]))
+        missing = sorted(opts - named)
+        assert not missing, f"README row 'ingest {name}': options missing: {missing}"
+        unknown = sorted(named - opts - secondary)
+        assert not unknown, f"README row 'ingest {name}' names options it lacks: {unknown}"

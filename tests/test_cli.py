@@ -142,3 +142,41 @@ def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Pa
     assert r.returncode == 0, r.stderr[-3000:]
     table = IcebergTables.from_config(load_config(cfg_file)).main.table()
     assert table is not None and len(table.scan().to_arrow()) == 400
+
+
+def test_drill_kills_apply_to_the_fast_matrix_and_its_default_is_printed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ingest drill --kills 20` under the default (fast) matrix ran 2 kills silently."""
+    import pipeline.tools.drill.runner as runner
+    from pipeline.cli import main
+
+    seen: list[Any] = []
+
+    def fake_run_drills(specs: Any, opts: Any, console: Any) -> list[Any]:
+        seen.append(specs)
+        return []
+
+    monkeypatch.setattr(runner, "run_drills", fake_run_drills)
+    for argv, kills in (
+        (["--kills", "20"], 20),
+        ([], 2),
+        (["--kills", "5", "--matrix", "full"], 5),
+    ):
+        main(["drill", "--out", str(tmp_path / "d"), *argv])  # exit 0: returns
+        assert seen[-1] and {s.kills for s in seen[-1] if s.scenario == "kill"} == {kills}, argv
+    assert (
+        "fast matrix: 2 SIGKILL restarts per drill (--kills N to change" in capsys.readouterr().out
+    )
+
+
+def test_bench_without_flags_runs_the_quick_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ingest bench` without flags started the ~40-minute full preset."""
+    import pipeline.tools.bench.runner as runner
+    from pipeline.cli import main
+
+    presets: list[str] = []
+    monkeypatch.setattr(runner, "run_bench", lambda opts, console: presets.append(opts.preset))
+    for argv in ([], ["--quick"], ["--full"]):
+        main(["bench", "--out", "unused", *argv])
+    assert presets == ["quick", "quick", "full"]

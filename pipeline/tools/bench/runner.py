@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import shlex
 import shutil
 import tempfile
 import time
@@ -125,6 +126,22 @@ def host_facts() -> dict[str, Any]:
     }
 
 
+def reproduce_command(opts: BenchOptions) -> str:
+    """The ``ingest bench`` command line that reruns what ``opts`` runs: the preset flag
+    (``--full``, or ``--quick``, the default) and every option that changes what is
+    measured or reported; ``--out`` and ``--work`` only say where things go."""
+    args = ["ingest", "bench", "--full" if opts.preset == "full" else "--quick"]
+    for section in opts.only:
+        args += ["--only", section]
+    if opts.records is not None:
+        args += ["--records", str(opts.records)]
+    if opts.bootstrap is not None:
+        args += ["--bootstrap", opts.bootstrap]
+    if opts.profile:
+        args.append("--profile")
+    return shlex.join(args)
+
+
 def _postgres_uri() -> str | None:
     from pipeline.tools.pgcluster import shared_server_uri
 
@@ -148,7 +165,7 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
     report: dict[str, Any] = {
         "meta": {
             "generated": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": "ingest bench" + (" --quick" if preset.name == "quick" else ""),
+            "command": reproduce_command(opts),
             "preset": preset.name,
             "records": preset.records,
             "host": host_facts(),

@@ -50,7 +50,7 @@ from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError
 from pipeline.formats.hudi.commit_metadata import commit_metadata_json
-from pipeline.formats.hudi.cow_table import _MAX_SCAN, HudiTable
+from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.layout import (
     BASE_FILE,
     TablePaths,
@@ -80,6 +80,9 @@ class HudiCommitter:
         # Tables this one's commits follow (the dead-letter table of the same batches):
         # when T commits here, their pending T that staged nothing is discarded.
         self.followers: list[HudiCommitter] = []
+        # completed commit time -> its pipeline id ("" for none): commit files never
+        # change, so a walk past other writers' commits reads each of them once
+        self._owners: dict[str, str] = {}
 
     @property
     def files(self) -> TableFiles:
@@ -112,14 +115,22 @@ class HudiCommitter:
     # -- the table's checkpoints ---------------------------------------------------------
 
     def _checkpoints(self, pipeline_id: str) -> Iterator[tuple[str, CommitCheckpoint]]:
-        """This pipeline's checkpoints in completed commits, newest first."""
-        for i, ts in enumerate(self.hudi.completed_commits()):
-            if i >= _MAX_SCAN:
-                return
+        """This pipeline's checkpoints in completed commits, newest first, over the whole
+        active timeline: no count bound, however many commits of other writers follow
+        ours (docs/design.md invariant 12; trimming keeps every pipeline's newest commit).
+        Other writers' commits are recognised from :attr:`_owners` without a read."""
+        completed = self.hudi.completed_commits()
+        if len(self._owners) > 2 * len(completed) + 64:  # trimmed commits: forget them
+            live = set(completed)
+            self._owners = {ts: o for ts, o in self._owners.items() if ts in live}
+        for ts in completed:
+            if self._owners.get(ts, pipeline_id) != pipeline_id:
+                continue
             try:
                 extra = self.hudi.extra_metadata(ts)
             except FileNotFoundError:
                 continue
+            self._owners[ts] = extra.get(PIPELINE_ID_KEY, "")
             if extra.get(PIPELINE_ID_KEY) != pipeline_id:
                 continue
             cp = CommitCheckpoint.from_summary(extra)

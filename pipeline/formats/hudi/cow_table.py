@@ -70,7 +70,7 @@ __all__ = ["HudiTable"]
 T = TypeVar("T")
 
 SCHEMA_KEY = "schema"  # extraMetadata key of the Avro schema (Hudi's own)
-_MAX_SCAN = 1000  # completed commits searched for a pipeline's checkpoint / a batch
+_MAX_CACHED = 4000  # instant metadata documents kept in memory (immutable files)
 TRIMMED_RECORD = "trimmed"  # .hoodie/.ingest/trimmed: the newest trimmed instant time
 
 
@@ -170,7 +170,7 @@ class HudiTable:
         doc = json.loads(data)
         if not isinstance(doc, dict):
             raise CommitError(f"{path} is not a JSON object")
-        if len(self._metadata) > 4 * _MAX_SCAN:
+        if len(self._metadata) > _MAX_CACHED:
             self._metadata.clear()
         self._metadata[name] = doc
         return doc

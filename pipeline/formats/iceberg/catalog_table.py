@@ -59,7 +59,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.snapshots import Snapshot
 
 from pipeline.commit.checkpoint import (
     BATCH_END_KEY,
@@ -81,6 +81,7 @@ from pipeline.formats.iceberg.expiry import (
     DEFAULT_TABLE_PROPERTIES,
     FORCED_TABLE_PROPERTIES,
     NOTHING_BEFORE,
+    ancestry,
     append_view,
     carried_forward,
     expirable,
@@ -117,7 +118,6 @@ class IcebergTable:
         *,
         location: str | None = None,
         max_commit_attempts: int = 8,
-        max_ancestry: int = 1000,
         catalog_retry_s: float = 120.0,
         max_snapshots: int = 30,
         expire_every: int = 10,
@@ -147,7 +147,6 @@ class IcebergTable:
         }
         self._location = location.rstrip("/") if location else None
         self.max_commit_attempts = max(1, max_commit_attempts)
-        self.max_ancestry = max(1, max_ancestry)
         self.catalog_retry_s = max(0.0, catalog_retry_s)
         self.max_snapshots = max(2, max_snapshots)
         self.expire_every = max(1, expire_every)
@@ -194,10 +193,9 @@ class IcebergTable:
         return self._load_for_read() is not None
 
     def _ancestry(self, table: Table) -> Iterator[Snapshot]:
-        for i, snapshot in enumerate(ancestors_of(table.current_snapshot(), table.metadata)):
-            if i >= self.max_ancestry:
-                return
-            yield snapshot
+        """Main's whole retained history, head first: no count bound, however many
+        foreign commits and compactions follow ours (docs/design.md invariant 12)."""
+        return ancestry(table)
 
     def _latest(self, table: Table, pipeline_id: str) -> CommitCheckpoint | None:
         for snapshot in self._ancestry(table):

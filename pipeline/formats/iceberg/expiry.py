@@ -16,11 +16,11 @@ history: a replay of a batch older than that is caught by the coordinator's over
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.snapshots import Snapshot
 
 from pipeline.commit.checkpoint import DATA_LOSS_BEFORE_KEY, RANGES_BEFORE_KEY
 from pipeline.commit.history import carry_forward, forgettable
@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_TABLE_PROPERTIES",
     "FORCED_TABLE_PROPERTIES",
     "NOTHING_BEFORE",
+    "ancestry",
     "append_view",
     "carried_forward",
     "expirable",
@@ -53,23 +54,35 @@ def summary_of(snapshot: Snapshot) -> Mapping[str, str]:
     return snapshot.summary.additional_properties if snapshot.summary is not None else {}
 
 
+def ancestry(table: Table) -> Iterator[Snapshot]:
+    """Main's snapshots, head first, down to the oldest retained one -- no count limit
+    (docs/design.md invariant 12): a pipeline's newest commit may lie behind any number
+    of other writers' commits and compactions, and its checkpoint must still be found.
+    The metadata is in memory already; the walk indexes it once, since pyiceberg's
+    ``ancestors_of`` looks each parent up by a linear scan (quadratic in the history)."""
+    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+    snapshot = table.current_snapshot()
+    seen: set[int] = set()
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        seen.add(snapshot.snapshot_id)  # a corrupt parent cycle must not loop forever
+        yield snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
+
+
 def carried_forward(table: Table, pipeline_id: str) -> dict[str, str]:
     """``ingest.ranges-before`` / ``ingest.data-loss-before`` for the next commit of
     ``pipeline_id`` on ``table``'s head (:func:`pipeline.commit.history.carry_forward`)."""
-    ancestry = ancestors_of(table.current_snapshot(), table.metadata)
-    return carry_forward((summary_of(s) for s in ancestry), pipeline_id)
+    return carry_forward((summary_of(s) for s in ancestry(table)), pipeline_id)
 
 
 def expirable(table: Table, max_snapshots: int) -> list[int]:
     """Main's ancestors beyond the newest ``max_snapshots``, when every pipeline with
     commits among them carries their ranges forward
     (:func:`pipeline.commit.history.forgettable`)."""
-    ancestry = [
-        (str(s.snapshot_id), summary_of(s))
-        for s in ancestors_of(table.current_snapshot(), table.metadata)
-    ]
-    old = forgettable(ancestry, max_snapshots)
-    if not old and len(ancestry) > max_snapshots:
+    commits = [(str(s.snapshot_id), summary_of(s)) for s in ancestry(table)]
+    old = forgettable(commits, max_snapshots)
+    if not old and len(commits) > max_snapshots:
         log.debug("%s: history not carried forward yet: nothing expired", ".".join(table.name()))
     return [int(i) for i in old]
 

@@ -279,6 +279,9 @@ class CommitConfig(_Model):
     mode: Literal["exactly-once", "at-least-once"] = "exactly-once"
     # records at offsets the table already holds (checkpoint behind the table)
     on_overlap: Literal["drop", "fail"] = "drop"
+    # a batch starting above the table's committed offsets (table rolled back, checkpoint
+    # from elsewhere): refuse, or re-read from the table's offsets (docs/design.md inv. 8)
+    on_gap: Literal["fail", "rewind"] = "fail"
     # fault injection for tests and drills: "<point>:<kill|raise>[@batch],…"
     faults: str | None = None
     # finished journal entries kept for inspection

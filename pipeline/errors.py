@@ -74,6 +74,19 @@ class OverlapError(PipelineError):
     code = "overlap"
 
 
+class GapError(PipelineError):
+    """A batch starts above the table's committed offsets (docs/design.md invariant 8):
+    the records in between were never committed, and ``commit.onGap: fail``."""
+
+    code = "gap"
+
+
+class CoverageError(PipelineError):
+    """The tasks did not read exactly the batch's ranges (docs/design.md invariant 8)."""
+
+    code = "coverage"
+
+
 class EnvironmentProblem(PipelineError):
     """The runtime is missing something (Java, a jar)."""
 

@@ -13,9 +13,13 @@ Operators, per batch (exactly-once mode)
   2. dedupe   -- (incarnation, batch id) already committed → skipped. (invariant 5)
   3. overlap  -- offsets below the table's committed offsets are dropped by the workers
                  and counted, or the batch fails under ``on_overlap="fail"``.
+     gap      -- a start above the table's committed offsets fails (``GapError``) or,
+                 under ``on_gap="rewind"``, is re-read from them (invariant 8).
   4. mint     -- instant time T > every instant; REQUESTED(batch, epoch, planned offsets).
   5. write    -- workers stage files named with T; nothing visible.
-  6. precommit-- INFLIGHT(T): the complete staged-file list and the checkpoint to commit.
+  6. precommit-- INFLIGHT(T): the complete staged-file list and the checkpoint to commit,
+                 refused (``CoverageError``) when the tasks' reads do not cover the
+                 batch's ranges (invariant 8).
   7. commit   -- dead letters, then ONE main-table commit carrying the checkpoint, both
                  refused when a newer writer epoch owns the table (invariant 7); then
                  COMPLETED(T).
@@ -37,6 +41,7 @@ import time
 
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.coverage import RecordCounter, coverage, coverage_error, gap_error, gaps
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.fence import check_fence
 from pipeline.commit.instant import (
@@ -56,11 +61,12 @@ from pipeline.commit.types import (
     BatchOutcome,
     DataLossFn,
     Outcome,
+    RereadFn,
     StagedBatch,
     TableCommitter,
     WriteFn,
 )
-from pipeline.errors import CommitError, OverlapError
+from pipeline.errors import CommitError, GapError, OverlapError
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +87,11 @@ class Coordinator:
         on_overlap: str = "drop",
         faults: FaultPoints | None = None,
         data_loss: DataLossFn | None = None,
+        on_gap: str = "fail",
     ) -> None:
         self.pipeline_id = pipeline_id
+        self.on_gap = on_gap
+        self._count: RecordCounter | None = None  # this batch's coverage oracle
         self.main = main
         self.dead_letter = dead_letter
         self.timeline = timeline
@@ -135,12 +144,21 @@ class Coordinator:
         start: PartitionOffsets | None,
         end: PartitionOffsets,
         write: WriteFn,
+        *,
+        reread: RereadFn | None = None,
+        count: RecordCounter | None = None,
     ) -> BatchOutcome:
+        """One batch. ``reread(start, end)``: a write of other ranges than Spark planned
+        (gap rewind, repairs); ``count``: the broker's records in ranges read with holes
+        (the coverage check's oracle)."""
         t0 = time.monotonic()
         recovered: list[tuple[str, str]] = []
+        self._count = count
         if not self.recovered:  # operator 1, first batch of a run only
             self.check_epoch()
             outcome, recovered = self.recovery.recover(incarnation, batch_id, end)
+            for lost in self.recovery.repairs:
+                self._repair(lost, batch_id, reread)
             self.recovered = True
             if outcome is not None:
                 outcome.recovered = recovered
@@ -152,6 +170,7 @@ class Coordinator:
             return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=recovered)
         self.check_epoch()
         previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        start, write = self._check_gaps(batch_id, start, end, previous, write, reread)
         lapped = self._planned_overlap(batch_id, start, end, previous)
         instant = self._request(batch, start or PartitionOffsets(), end)
         for table in (self.main, self.dead_letter):
@@ -184,6 +203,58 @@ class Coordinator:
                 lapped,
             )
         return outcome
+
+    def _check_gaps(
+        self,
+        batch_id: int,
+        start: PartitionOffsets | None,
+        end: PartitionOffsets,
+        previous: PartitionOffsets,
+        write: WriteFn,
+        reread: RereadFn | None,
+    ) -> tuple[PartitionOffsets | None, WriteFn]:
+        """The gap check, before anything is staged: a batch starts at the table's
+        committed offsets, or fails, or (``on_gap="rewind"``) is re-read from them."""
+        found = gaps(start, previous)
+        if not found:
+            return start, write
+        if self.on_gap != "rewind":
+            raise gap_error(batch_id, found)
+        if reread is None or start is None:
+            raise GapError(f"batch {batch_id}: onGap=rewind but this batch cannot be re-read")
+        rewound = start.updated({tp: s for tp, (s, _) in found.items()})
+        log.warning(
+            "batch %d: re-reading %s skipped by the checkpoint (onGap=rewind)",
+            batch_id,
+            ", ".join(f"{tp} [{s}, {e})" for tp, (s, e) in sorted(found.items())),
+        )
+        return rewound, reread(rewound, end)
+
+    def _repair(self, lost: Inflight, batch_id: int, reread: RereadFn | None) -> None:
+        """A rolled-back instant whose dead letters are committed but whose main files
+        were lost: re-read its ranges and commit them under its own batch identity, so
+        ``_commit`` skips the dead letters (already there) and any later batch finds the
+        main table at its end (docs/design.md invariant 4)."""
+        if self.main.is_committed(lost.batch, lost.end):
+            return
+        end = lost.end
+        if reread is None or end is None:
+            raise CommitError(
+                f"instant {lost.time}: dead letters committed, main files lost, and its "
+                "ranges cannot be re-read here; nothing committed"
+            )
+        start = PartitionOffsets({tp: lost.ranges.get(tp, (e, e))[0] for tp, e in end.items()})
+        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        instant = self._request(lost.batch, start, end)
+        for table in (self.main, self.dead_letter):
+            if table is not None:
+                table.begin(instant)
+        staged = reread(start, end)(staged_write_id(self.pipeline_id, instant), previous)
+        inflight = self._precommit(instant, lost.batch, start, end, previous, staged)
+        self._commit(inflight, batch_id)
+        if self.dead_letter is not None:  # the repair's own copies, never referenced
+            self.dead_letter.delete_files(f.path for f in inflight.files_of(DEAD_LETTER))
+        log.warning("instant %s: main rows of batch %d re-read and committed", instant, batch_id)
 
     def _planned_overlap(
         self,
@@ -224,6 +295,14 @@ class Coordinator:
                 "onOverlap=fail "
                 f"({sum(1 for s in staged.stats if s.dropped)} partition(s) overlap)"
             )
+        planned = consumed_ranges(start, end, staged.stats, previous, clip=False)
+        if start is None:  # a checkpoint's first batch starts where Spark's source did:
+            # at or below the table (the workers drop what the table holds)
+            first = {TopicPartition(s.topic, s.partition): s.min_offset for s in staged.stats}
+            planned = {tp: (min(s, first.get(tp, s)), e) for tp, (s, e) in planned.items()}
+        issues = coverage(planned, staged.stats, self._count)
+        if issues:
+            raise coverage_error(batch.batch_id, issues)
         ranges = consumed_ranges(start, end, staged.stats, previous)
         committed = previous.updated(
             {tp: max(off, previous.get(tp, off)) for tp, off in end.items()}
@@ -321,6 +400,7 @@ def make_coordinator(
     on_overlap: str = "drop",
     faults: FaultPoints | None = None,
     data_loss: DataLossFn | None = None,
+    on_gap: str = "fail",
 ) -> Coordinator | AtLeastOnceCoordinator:
     """The coordinator of a pipeline: exactly-once with a journal ``timeline``, else the
     at-least-once baseline (no journal, no fencing)."""
@@ -342,4 +422,5 @@ def make_coordinator(
         on_overlap=on_overlap,
         faults=faults,
         data_loss=data_loss,
+        on_gap=on_gap,
     )

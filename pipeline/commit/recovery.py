@@ -11,7 +11,13 @@ journal before anything new is written (docs/design.md invariant 4):
   * INFLIGHT of the batch Spark is replaying (same incarnation, batch id and end offsets),
     every staged file present with its size       → RECOMMITTED without running the workers;
   * anything else                                 → ROLLED BACK: listed and orphaned files
-                                                    deleted, then the rollback recorded.
+                                                    deleted, then the rollback recorded; an
+                                                    instant whose dead letters are committed
+                                                    keeps them and is listed in ``repairs``:
+                                                    the coordinator re-reads its ranges and
+                                                    commits the main rows alone, so the dead
+                                                    letters are never committed twice, in
+                                                    any incarnation.
 
 The coordinator composes a :class:`Recovery` and hands it its commit operator; the checks
 on a pending instant and the rollback live in :mod:`pipeline.commit.pending`, which only
@@ -61,6 +67,9 @@ class Recovery:
         self.timeline = timeline
         self._commit = commit
         self._pending = PendingInstants(pipeline_id, main, dead_letter, timeline, faults)
+        # instants rolled back although their dead letters are committed (main files lost):
+        # the coordinator commits their main rows alone before anything else (repair)
+        self.repairs: list[Inflight] = []
 
     def recover(
         self, incarnation: str, batch_id: int, end: PartitionOffsets
@@ -68,6 +77,7 @@ class Recovery:
         """Finish every pending instant; return the outcome when the replayed batch was
         recommitted (the caller then skips the workers), and what was done."""
         done: list[tuple[str, str]] = []
+        self.repairs = []
         recommitted: BatchOutcome | None = None
         replayed = BatchIdentity(self.pipeline_id, incarnation, batch_id)
         pending = self._pending
@@ -106,6 +116,8 @@ class Recovery:
                 recommitted = outcome
                 done.append((inst.time, "recommitted"))
                 continue
+            if pending.dead_letters_committed(inst) and inst.inflight is not None:
+                self.repairs.append(inst.inflight)
             pending.roll_back(inst, batch_id)
             done.append((inst.time, "rolled_back"))
         return recommitted, done

@@ -145,6 +145,11 @@ class BatchOutcome:
 # write(write_id, drop_below) -> staged files; drop_below: offsets under it are dropped
 WriteFn = Callable[[str, PartitionOffsets], StagedBatch]
 
+# reread(start, end) -> a write of exactly [start, end) per partition, whatever Spark
+# planned: a gap re-read (commit.onGap: rewind) and the repair of an instant whose main
+# files were lost after its dead letters were committed
+RereadFn = Callable[[PartitionOffsets, PartitionOffsets], WriteFn]
+
 # data_loss(staged, ranges) -> the ranges of the batch recorded as lost (Kafka no longer
 # had them)
 DataLossFn = Callable[

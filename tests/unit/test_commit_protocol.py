@@ -95,7 +95,9 @@ class Env:
     def timeline(self) -> InstantTimeline:
         return InstantTimeline(LocalJournalStore(str(self.journal_dir)))
 
-    def driver(self, faults: str = "", on_overlap: str = "drop") -> Coordinator:
+    def driver(
+        self, faults: str = "", on_overlap: str = "drop", on_gap: str = "fail"
+    ) -> Coordinator:
         """A (re)started driver: fresh objects over the same journal and tables, a new
         writer epoch acquired (and the tables fenced with it)."""
         c = Coordinator(
@@ -105,6 +107,7 @@ class Env:
             timeline=self.timeline(),
             on_overlap=on_overlap,
             faults=FaultPoints(faults),
+            on_gap=on_gap,
         )
         c.acquire_epoch(owner="test")
         return c
@@ -121,7 +124,23 @@ class Env:
     ) -> BatchOutcome:
         """One Spark batch: workers read ``[read_from or start, end)`` (earliest: 0)."""
         rf: Mapping[TopicPartition, int] | None = {} if earliest else (read_from or start)
-        return c.run_batch(incarnation, batch_id, start, end, self.workers.for_batch(rf, end))
+        write = self.workers.for_batch(rf, end)
+        if isinstance(c, AtLeastOnceCoordinator):
+            return c.run_batch(incarnation, batch_id, start, end, write)
+        # like the Spark runner: ranges can be re-read, the broker's records counted
+        return c.run_batch(
+            incarnation,
+            batch_id,
+            start,
+            end,
+            write,
+            reread=self.workers.for_batch,
+            count=self.count,
+        )
+
+    def count(self, ranges: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, int]:
+        """The coverage check's oracle: records the fake broker has in each range."""
+        return {tp: len(self.kafka.read(tp, s, e)) for tp, (s, e) in ranges.items()}
 
     def batch(
         self, c: Coordinator | AtLeastOnceCoordinator, k: int, incarnation: str = X

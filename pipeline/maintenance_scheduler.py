@@ -8,9 +8,9 @@ each format's implementation; this module only schedules and reports):
 * :meth:`Maintenance.compact` -- every table of the pipeline (main, dead-letter; ``both``:
   the Iceberg and the Hudi table) compacted under one :class:`CompactionPolicy`.
 * :meth:`Maintenance.remove_orphans` -- every table's unreferenced data files older than
-  the safety interval removed; the files of the pipeline's pending instants (listed by
-  an INFLIGHT entry, or staged under a pending instant's write id) are protected, read
-  from the instant journal before any table is listed.
+  the safety interval removed; the files of the pending instants of every pipeline
+  writing the tables (listed by an INFLIGHT entry, or staged under a pending instant's
+  write id) are protected, read from the instant journals before any table is listed.
 * :meth:`Maintenance.file_stats` -- live data files and bytes per table.
 * :class:`BackgroundMaintenance` -- a daemon thread in the driver that runs the three on
   their intervals (``maintenance.*`` in the config). It holds the writer's epoch: a
@@ -54,15 +54,18 @@ Report = Callable[[CompactionResult | OrphanResult | FileStats], None]
 
 
 def protected_paths(tables: PipelineTables, pipeline_id: str) -> set[str]:
-    """Files of the pipeline's pending instants: what recovery may still commit."""
+    """Files of the pending instants of EVERY pipeline writing these tables (this one and
+    each other whose journal lies beside the main table): what a recovery may still
+    commit. A journal that cannot be read fails the cleanup: nothing is deleted."""
     paths: set[str] = set()
     committers = [c for c in (tables.main, tables.dead_letter) if c is not None]
-    for inst in tables.timeline(pipeline_id).pending():
-        if inst.inflight is not None:
-            paths.update(f.path for f in inst.inflight.files)
-        write_id = staged_write_id(pipeline_id, inst.time)
-        for committer in committers:
-            paths.update(committer.orphan_files(write_id))
+    for writer in sorted({pipeline_id, *tables.journal_pipelines()}):
+        for inst in tables.timeline(writer).pending():
+            if inst.inflight is not None:
+                paths.update(f.path for f in inst.inflight.files)
+            write_id = staged_write_id(writer, inst.time)
+            for committer in committers:
+                paths.update(committer.orphan_files(write_id))
     return paths
 
 

@@ -154,7 +154,7 @@ def test_records_acknowledged_without_an_offset_are_counted_per_partition() -> N
     assert (c.missing, c.unexpected, c.duplicated) == (0, 0, 1)
 
 
-def test_kill_and_zombie_drills_run_with_background_compaction(tmp_path: Path) -> None:
+def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path) -> None:
     from pipeline.commit.faults import POINTS
     from pipeline.config import parse_config
     from pipeline.tools.drill.pipeline_config import drill_config
@@ -170,6 +170,12 @@ def test_kill_and_zombie_drills_run_with_background_compaction(tmp_path: Path) -
                 assert c.target_file_size_bytes == 1 << 20
             else:
                 assert not c.enabled
+            o = cfg.maintenance.orphans  # orphan cleanup beside live ingest, short olderThan
+            if name in ("kill", "zombie", "standby"):
+                assert (o.enabled, o.older_than, o.interval) == (True, 15.0, 10.0)
+                assert cfg.commit.catalog_retry_seconds <= o.older_than
+            else:
+                assert not o.enabled
     # the compaction points come last, after the ingest chain, in both orders
     tail = ("compaction-after-write", "compaction-after-commit")
     assert KILL_POINTS[-2:] == DUAL_KILL_POINTS[-2:] == tail

@@ -101,6 +101,11 @@ class PipelineTables(Protocol):
 
     def timeline(self, pipeline_id: str) -> InstantTimeline: ...  # the instant journal
 
+    def journal_pipelines(self) -> list[str]:
+        """Ids of every pipeline with an instant journal beside the main table (a shared
+        table: several); orphan cleanup keeps all their pending instants' files."""
+        ...
+
     def maintenance(self) -> list[TableMaintenance]: ...  # compaction, orphans, file stats
 
     def task_plan(

@@ -176,6 +176,9 @@ class DualTables:
     def timeline(self, pipeline_id: str) -> Any:
         return self.hudi.timeline(pipeline_id)  # mints above the Hudi table's timeline
 
+    def journal_pipelines(self) -> list[str]:
+        return self.hudi.journal_pipelines()  # the journals live in the Hudi table
+
     def task_plan(
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan:

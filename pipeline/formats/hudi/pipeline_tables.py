@@ -36,7 +36,7 @@ from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.compaction import HudiMaintenance
 from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.journal import HudiInstantTimeline, HudiJournalStore
-from pipeline.formats.hudi.layout import parse_write_id
+from pipeline.formats.hudi.layout import TablePaths, parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
 from pipeline.formats.hudi.storage import is_object_store, table_base
 from pipeline.formats.hudi.writer import write_base_files
@@ -122,6 +122,12 @@ class HudiTables:
         if self.dead_letter is not None:
             out.append(self.dead_letter.hudi)
         return out
+
+    def journal_pipelines(self) -> list[str]:
+        """Pipelines with a journal in the main table's ``.hoodie/.ingest/journal/``."""
+        table = self.main.hudi
+        names = table.files.listdir(TablePaths.own(table.paths.current_meta(), "journal"))
+        return sorted(n for n in names or () if not n.startswith("."))
 
     def timeline(self, pipeline_id: str) -> HudiInstantTimeline:
         """The instant journal inside the main table's ``.hoodie/.ingest/journal/``."""

@@ -195,6 +195,14 @@ class IcebergTables:
         root = self.main.journal_root(pipeline_id)
         return InstantTimeline(journal_store_for(root, self.main.properties))
 
+    def journal_pipelines(self) -> list[str]:
+        """Pipelines with a journal in ``<table>/_ingest/`` (directories: listed through
+        pyarrow, which also shows S3 prefixes as directories)."""
+        root = self.main.journal_root("").rstrip("/")
+        fs, base = filesystem_for(root, self.main.properties)
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
     def task_plan(
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan:

@@ -1,5 +1,6 @@
-"""Compaction during drills: the background compaction the SIGKILL and zombie drills run
-with, and the compaction commits a drill observed in its tables.
+"""Maintenance during drills: the background compaction the SIGKILL and zombie drills run
+with (and the background orphan cleanup they and the standby drill run with), and the
+compaction commits a drill observed in its tables.
 
 The ``kill`` and ``zombie`` drills run every driver with ``maintenance.compaction`` on
 (:data:`DRILL_COMPACTION`: every 5 s, 4 small files per partition, 1 MiB target), so
@@ -28,6 +29,19 @@ DRILL_COMPACTION: dict[str, Any] = {
     "targetFileSizeBytes": 1 << 20,
 }
 COMPACTION_SCENARIOS = frozenset({"kill", "zombie"})
+#: ``maintenance.orphans`` of the kill, zombie and standby drills: orphan cleanup beside
+#: live ingest, compaction and SIGKILLs, with a safety interval short enough that killed
+#: batches' files and compacted-away files are swept during the drill -- while every
+#: pending instant's files (of any writer of the table) must survive (issue 29).
+DRILL_ORPHANS: dict[str, Any] = {
+    "enabled": True,
+    "olderThan": "15 seconds",
+    "interval": "10 seconds",
+}
+#: olderThan may not be below commit.catalogRetrySeconds (a commit still retried may
+#: reference a file that old); these drills have no catalog outage.
+DRILL_CATALOG_RETRY_S = 15
+ORPHAN_SCENARIOS = frozenset({"kill", "zombie", "standby"})
 SAMPLE_S = 2.0  # Iceberg keeps 30 snapshots: ~30 s of 1 s batches; sampled well inside
 
 

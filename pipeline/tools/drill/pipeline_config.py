@@ -1,7 +1,9 @@
 """The pipeline config a drill runs (``drill_config``): a 1 s processing-time trigger,
 metrics on a free port, Spark ``local[2,4]`` or a standalone cluster's master
 (``cluster_spark``), tables on local files or an S3 server, and background compaction for
-the kill and zombie drills (``compactions.DRILL_COMPACTION``)."""
+the kill and zombie drills (``compactions.DRILL_COMPACTION``), background orphan cleanup
+with a short safety interval for the kill, zombie and standby drills
+(``compactions.DRILL_ORPHANS``)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def drill_config(
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
     ``master``: a standalone cluster's URL (else local[2,4]); ``s3``: tables in a new
     bucket of that server. The kill and zombie drills run with background compaction
-    (:data:`compactions.DRILL_COMPACTION`)."""
+    (:data:`compactions.DRILL_COMPACTION`); they and the standby drill with background
+    orphan cleanup (:data:`compactions.DRILL_ORPHANS`)."""
     from pipeline.tools.generator import event_schema_fields
 
     sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}
@@ -56,8 +59,14 @@ def drill_config(
         "spark": {"master": "local[2,4]"} if master is None else cluster_spark(master, workdir),
         "metrics": {"enabled": True, "port": 0},
     }
+    maintenance: dict[str, Any] = {}
     if spec.scenario in compactions.COMPACTION_SCENARIOS:
-        config["maintenance"] = {"compaction": dict(compactions.DRILL_COMPACTION)}
+        maintenance["compaction"] = dict(compactions.DRILL_COMPACTION)
+    if spec.scenario in compactions.ORPHAN_SCENARIOS:
+        maintenance["orphans"] = dict(compactions.DRILL_ORPHANS)
+        config["commit"] = {"catalogRetrySeconds": compactions.DRILL_CATALOG_RETRY_S}
+    if maintenance:
+        config["maintenance"] = maintenance
     return config
 
 

@@ -260,7 +260,12 @@ class Pipeline:
                 if self.stopping.requested:
                     self.stopping.stop_between_batches(query, self.lease.keep)
                     break
-                query.awaitTermination(0.5)
+                try:
+                    query.awaitTermination(0.5)
+                except Exception as e:  # a batch refused while halting ends the query
+                    if not self.stopping.is_halt(e):
+                        raise
+                    break
                 self.lease.keep()
                 if tick:
                     tick(self.stats)
@@ -270,7 +275,7 @@ class Pipeline:
                     break
                 self.fence.check_idle()
             exc = query.exception()
-            if exc is not None:
+            if exc is not None and not self.stopping.is_halt(exc):
                 raise exc
         finally:
             # a stop cut short leaves its batch running: stopping the query under it would

@@ -254,3 +254,39 @@ def test_stop_cut_short_then_second_signal_then_resume(
     _assert_clean_stop(rc, out, err, elapsed)
     assert _coords(driver.cfg) == want
     assert not _pending(driver.cfg)()
+
+
+def test_batch_planned_while_halting_fails_unlogged_and_is_replayed(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """Issue 29 item 3: a batch Spark plans in the moment the stop decided to stop the
+    query (halting, no batch inside) is refused by raising from foreachBatch -- no wait
+    for ``query.stop()``, no sleep: Spark cannot log it as committed, the run ends
+    cleanly, and the next run replays it: every record exactly once. (Before: the batch
+    waited for a ``query.stop()`` that came from nobody here, then failed the run.)"""
+    from support.drivers import coords, iceberg_config
+
+    from pipeline.app import Pipeline
+
+    topic = kafka_broker.new_topic("halting", 2)
+    r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=2000, seed=63))
+    cfg = iceberg_config(tmp_path, kafka_broker.bootstrap_servers, topic, maxRecordsPerTrigger=100)
+    p = Pipeline(cfg, spark)
+    gate = p.stopping
+
+    def halt_between_batches(stats: Any) -> None:
+        # what stop_between_batches does before query.stop(): halt while no batch is inside
+        if stats.batches >= 1:
+            with gate._gate:
+                if not gate._in_batch:
+                    gate._halting = True
+
+    started = time.monotonic()
+    stats = p.run(tick=halt_between_batches, timeout_s=120)
+    assert gate._halted_batch is not None, "no batch was planned while halting"
+    assert time.monotonic() - started < 100
+    committed = sum(coords(p).values())
+    assert 0 < committed < 2000 and stats.batches >= 1
+    again = Pipeline(cfg, spark)
+    again.run(timeout_s=120)  # replays the halted batch, then drains
+    assert coords(again) == produced(r)

@@ -73,10 +73,9 @@ class BatchRunner:
 
     def process_batch(self, df: Any, batch_id: int) -> None:
         """foreachBatch: one batch through the coordinator. A graceful stop waits for it."""
+        if not self.stop.enter_batch():
+            raise self.stop.halted(batch_id)  # not a failure: never logged as committed
         try:
-            if not self.stop.enter_batch():
-                self.stop.wait_out_halted_batch(batch_id)
-                return
             try:
                 self._process_batch(df, batch_id)
             finally:

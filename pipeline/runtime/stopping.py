@@ -3,7 +3,9 @@
 The batch in progress finishes its commit (for at most ``run.stopTimeoutSeconds``), then
 the query stops between batches. A gate decides, under one lock, whether a batch may
 start (``enter_batch``) and whether the query may be stopped now (no batch inside):
-a batch Spark plans in the moment the query is being stopped writes nothing.
+a batch Spark plans in the moment the query is being stopped writes nothing and fails
+from ``foreachBatch`` (:class:`HaltedBatch`), so Spark never logs it as committed; the run
+loop takes that failure for the stop it is.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ from pipeline.runtime.stats import RunStats
 log = logging.getLogger(__name__)
 
 STOP_POLL_S = 0.1  # how often a stopping driver looks whether the batch has finished
+HALTED_MARK = "[ingest:halted]"  # in the error a halted batch raises from foreachBatch
+
+
+class HaltedBatch(PipelineError):
+    """Raised from ``foreachBatch`` for a batch planned while the query is being stopped:
+    Spark then cannot log it as committed (docs/design.md, facts: the commit log)."""
+
+    code = "halted"
 
 
 class StopControl:
@@ -31,6 +41,7 @@ class StopControl:
         self._gate = threading.Lock()  # guards _in_batch and _halting
         self._in_batch = False  # a batch is inside process_batch
         self._halting = False  # query.stop() is being issued: no batch may start now
+        self._halted_batch: int | None = None  # a batch refused while halting
 
     def request(self) -> None:
         """Only sets a flag: safe in a signal handler and from any thread; idempotent."""
@@ -53,23 +64,22 @@ class StopControl:
         with self._gate:
             self._in_batch = False
 
-    def wait_out_halted_batch(self, batch_id: int) -> None:
+    def halted(self, batch_id: int) -> HaltedBatch:
         """Spark planned this batch in the moment a graceful stop decided to stop the
-        query (no batch was running). Nothing of it is written (no journal entry). Only
-        once ``query.stop()`` has marked the query terminated -- it then interrupts the
-        query thread, which is blocked in this call -- do we return: the interrupted
-        thread does not write the batch to Spark's commit log, so the next run replays it
-        from the offset log. If the query is still active after a while, raise instead:
-        a failed batch is never committed."""
-        deadline = time.monotonic() + 10.0
-        while self.query is not None and self.query.isActive:
-            if time.monotonic() > deadline:
-                raise PipelineError(
-                    f"batch {batch_id} started while stopping and the query did not stop"
-                )
-            time.sleep(STOP_POLL_S)
-        time.sleep(1.0)  # stop() interrupts the query thread right after marking it
+        query (no batch was running). Nothing of it is written (no journal entry); the
+        caller raises the returned error from ``foreachBatch``. Spark writes a batch to its
+        commit log only after ``foreachBatch`` returned, so a raised batch is never logged
+        as done -- whatever ``query.stop()`` does meanwhile, with no wait or sleep -- and the
+        next run replays it from the offset log. The run loop recognises the error
+        (:meth:`is_halt`) and ends cleanly."""
+        self._halted_batch = batch_id
         log.info("batch %d was planned as the query stopped: the next run processes it", batch_id)
+        return HaltedBatch(f"batch {batch_id} planned while stopping: not run")
+
+    def is_halt(self, exc: BaseException) -> bool:
+        """Whether the query ended with :meth:`halted`'s error (seen through Py4J: the
+        text survives, the type does not)."""
+        return self._halted_batch is not None and HALTED_MARK in str(exc)
 
     def stop_between_batches(self, query: Any, keep_lease: Callable[[], None]) -> None:
         """Wait (bounded) until no batch is in ``process_batch``, then stop the query while

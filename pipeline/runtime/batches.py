@@ -9,14 +9,15 @@ report   -- the run's stats, one log line, the observers
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.journal import InstantTimeline
-from pipeline.commit.offsets import PartitionOffsets
-from pipeline.commit.types import BatchOutcome
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.types import BatchOutcome, WriteFn
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
 from pipeline.formats.base import PipelineTables
@@ -58,6 +59,8 @@ class BatchRunner:
         self.fence = fence
         self.stop = stop
         self._spark = spark
+        if getattr(coordinator, "exactly_once", False):  # docs/design.md invariant 8
+            coordinator.on_gap = cfg.commit.on_gap
         self._incarnation: str | None = None
         # (batch id, its logged end offsets): the next batch's start, without a second read
         self._last_end: tuple[int, PartitionOffsets] | None = None
@@ -89,9 +92,12 @@ class BatchRunner:
 
         start, end = self._offsets(df, batch_id)
         writer = self._writer(df, start, end)
+        checks: dict[str, Any] = {}
+        if self.coordinator.exactly_once:  # the gap check and read coverage (invariant 8)
+            checks = {"reread": self._reread(df), "count": self._count_records}
         with self.fence.watch(report=False):  # process_batch reports the failure
             outcome = self.coordinator.run_batch(
-                self.incarnation(), batch_id, start, end, writer.write
+                self.incarnation(), batch_id, start, end, writer.write, **checks
             )
         self._report(batch_id, outcome)
         settle()  # after the first batch: the driver's imports and caches are in place
@@ -113,6 +119,27 @@ class BatchRunner:
             start = offset_log.offsets(batch_id - 1)
         self._last_end = (batch_id, end)
         return start, end
+
+    def _reread(self, df: Any) -> Callable[[PartitionOffsets, PartitionOffsets], WriteFn]:
+        """Writes of other ranges than Spark planned (gap rewind, repairs): the arrow
+        engine's tasks read Kafka themselves, whatever the configured engine."""
+
+        def reread(start: PartitionOffsets, end: PartitionOffsets) -> WriteFn:
+            writer = self._writer(df, start, end)
+            if writer.decode.engine != "arrow":
+                arrow = writer.decode.model_copy(update={"engine": "arrow"})
+                writer = dataclasses.replace(writer, decode=arrow)
+            return cast(WriteFn, writer.write)
+
+        return reread
+
+    def _count_records(
+        self, ranges: Mapping[TopicPartition, tuple[int, int]]
+    ) -> Mapping[TopicPartition, int]:
+        from pipeline.kafka.counting import count_records
+
+        timeout = max(float(self.cfg.source.broker_retry_seconds), 1.0)
+        return count_records(self.source.consumer_conf(), ranges, timeout)
 
     def _writer(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> Any:
         from pipeline.spark.batch import BatchWriter

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from pipeline.commit.maintenance import COMPACTION_KEY
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig
+from pipeline.tools.verify.checkpoint import checkpoint_gaps
 from pipeline.tools.verify.kafka import KafkaWindow, KafkaWindowReader, LogStartMoved
 from pipeline.tools.verify.model import (
     BELOW_LOG_START,
@@ -163,6 +164,7 @@ class TableCheck:
         plans = plan_partitions(commits)
         self.report.range_issues.extend(range_issues(commits))
         newest = next((c.committed for c in commits if c.committed), {})
+        self.report.range_issues.extend(checkpoint_gaps(self.cfg.checkpoint_location, newest))
         if self.dead is not None:
             self.dead = self.dead.at_most(newest)
         sources = [s for s in (self.main, self.dead) if s is not None]

@@ -1,6 +1,6 @@
 """A busy shared table: a pipeline's last commit lies behind ≥ 1,500 commits of other
 writers and compactions. Its checkpoint (epoch, committed offsets, dedupe, fencing) must
-still be found, on both formats (issue 29 item 5; docs/design.md invariant 12).
+still be found, on both formats (docs/design.md invariant 12).
 
 The foreign commits are metadata only, made directly through the format (one catalog
 commit of 1,500 snapshots for Iceberg, instant files for Hudi): no Spark, seconds.

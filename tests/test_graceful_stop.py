@@ -259,7 +259,7 @@ def test_stop_cut_short_then_second_signal_then_resume(
 def test_batch_planned_while_halting_fails_unlogged_and_is_replayed(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    """Issue 29 item 3: a batch Spark plans in the moment the stop decided to stop the
+    """A batch Spark plans in the moment the stop decided to stop the
     query (halting, no batch inside) is refused by raising from foreachBatch -- no wait
     for ``query.stop()``, no sleep: Spark cannot log it as committed, the run ends
     cleanly, and the next run replays it: every record exactly once. (Before: the batch

@@ -1,5 +1,5 @@
-"""Orphan cleanup on a table two pipelines write (issue 29 item 6; docs/design.md
-invariant 11): one pipeline's cleanup, with no safety interval at all, keeps the files of
+"""Orphan cleanup on a table two pipelines write (docs/design.md invariant
+11): one pipeline's cleanup, with no safety interval at all, keeps the files of
 the OTHER pipeline's pending instant, and that pipeline's next run recommits it."""
 
 from __future__ import annotations

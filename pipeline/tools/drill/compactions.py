@@ -32,7 +32,7 @@ COMPACTION_SCENARIOS = frozenset({"kill", "zombie"})
 #: ``maintenance.orphans`` of the kill, zombie and standby drills: orphan cleanup beside
 #: live ingest, compaction and SIGKILLs, with a safety interval short enough that killed
 #: batches' files and compacted-away files are swept during the drill -- while every
-#: pending instant's files (of any writer of the table) must survive (issue 29).
+#: pending instant's files (of any writer of the table) must survive (docs/design.md invariant 11).
 DRILL_ORPHANS: dict[str, Any] = {
     "enabled": True,
     "olderThan": "15 seconds",

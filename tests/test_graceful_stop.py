@@ -9,8 +9,10 @@ Checked every time: exit 0 within ``run.stopTimeoutSeconds``, the ``stopped: …
 line on stdout, no ``Traceback`` on stderr; then the next run resumes and every produced
 record is in the table(s) exactly once, counted by (topic, partition, offset).
 
-Default suite: Iceberg, mid-batch then idle (two driver runs). Slow: Hudi mid-batch, a stop
-cut short by the timeout, a second signal, idle.
+Default suite: Iceberg, mid-batch then idle (two driver runs); a stop after the table commit
+of a batch with a backlog behind it. Slow: the same stop in the other phases of a batch
+(before the write, after it, after the precommit), Hudi mid-batch, a stop cut short by the
+timeout, a second signal, idle.
 """
 
 from __future__ import annotations
@@ -41,7 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 20.0
 
 
-def _config(tmp: Path, bootstrap: str, topic: str, fmt: str, **run: Any) -> Path:
+def _config(
+    tmp: Path,
+    bootstrap: str,
+    topic: str,
+    fmt: str,
+    source: dict[str, Any] | None = None,
+    **run: Any,
+) -> Path:
     if fmt == "hudi":
         sink = {
             "format": "hudi",
@@ -55,6 +64,7 @@ def _config(tmp: Path, bootstrap: str, topic: str, fmt: str, **run: Any) -> Path
         bootstrap,
         topic,
         sink,
+        source=source,
         id=f"stop-{topic}",
         trigger={"mode": "processing-time", "interval": "1 second"},
         spark={"master": "local[2]"},
@@ -290,3 +300,142 @@ def test_batch_planned_while_halting_fails_unlogged_and_is_replayed(
     again = Pipeline(cfg, spark)
     again.run(timeout_s=120)  # replays the halted batch, then drains
     assert coords(again) == produced(r)
+
+
+# -- a stop in every phase of a batch ---------------------------------------------------------
+
+STOPPED_BATCH = 1  # a batch with a backlog behind it: the stop races Spark planning the next
+PER_BATCH = 100  # source.maxRecordsPerTrigger
+
+
+def _batch_instant(timeline: Any, batch_id: int) -> Any:
+    """The newest instant of ``batch_id`` on ``timeline``, or None."""
+    found = [i for i in timeline.instants() if i.batch is not None and i.batch.batch_id == batch_id]
+    return found[-1] if found else None
+
+
+def _in_phase(cfg: Any, point: str, table_dir: Path) -> Any:
+    """Whether the driver sleeps at ``point`` in batch :data:`STOPPED_BATCH`, seen from the
+    journal and the table (the fault point itself prints nothing). The catalog is opened
+    only once the driver created the table (``table_dir`` has metadata): before, a look
+    would create the namespace too, racing the driver's own create."""
+    from pipeline.commit.instant import InstantState, staged_write_id
+
+    opened: list[Any] = []
+
+    def reached() -> bool:
+        if not opened:
+            if not any((table_dir / "metadata").glob("*.metadata.json")):
+                return False
+            opened.append(_sinks(cfg))
+        sinks = opened[0]
+        inst = _batch_instant(sinks.timeline(cfg.id), STOPPED_BATCH)
+        if inst is None or not inst.is_pending:
+            return False
+        if point == "after-requested":  # REQUESTED, nothing staged yet
+            return inst.state is InstantState.REQUESTED
+        if point == "after-write":  # files staged, no precommit
+            staged = sinks.main.orphan_files(staged_write_id(cfg.id, inst.time))
+            return inst.state is InstantState.REQUESTED and bool(staged)
+        if point == "after-precommit":  # INFLIGHT, the table not committed
+            return inst.state is InstantState.INFLIGHT
+        assert point == "after-commit"  # the table committed, no COMPLETED marker yet
+        committed = sinks.main.committed_offsets(cfg.id) or {}
+        end = inst.end or {}
+        return bool(end) and all(committed.get(tp, -1) >= off for tp, off in end.items())
+
+    return reached
+
+
+def _caught_up(cfg: Any, want: Counter[tuple[str, int, int]]) -> Any:
+    """Whether the main table's committed offsets reach past every offset of ``want`` (one
+    checkpoint read per look, lighter than scanning the rows while the driver works)."""
+    main = _sinks(cfg).main
+    ends: dict[tuple[str, int], int] = {}
+    for t, p, o in want:
+        ends[(t, p)] = max(ends.get((t, p), 0), o + 1)
+
+    def reached() -> bool:
+        committed = main.committed_offsets(cfg.id) or {}
+        return all(committed.get(tp, -1) >= end for tp, end in ends.items())
+
+    return reached
+
+
+def _prefix(want: Counter[tuple[str, int, int]], end: Any) -> Counter[tuple[str, int, int]]:
+    """The coordinates of ``want`` below ``end`` (next offset per partition)."""
+    return Counter({c: n for c, n in want.items() if c[2] < end.get((c[0], c[1]), 0)})
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        pytest.param("after-requested", marks=pytest.mark.slow),
+        pytest.param("after-write", marks=pytest.mark.slow),
+        pytest.param("after-precommit", marks=pytest.mark.slow),
+        "after-commit",  # the table committed, the journal not: the default suite's phase
+    ],
+)
+def test_sigterm_in_every_phase_of_a_batch_iceberg(
+    kafka_broker: KafkaTestBroker, tmp_path: Path, point: str
+) -> None:
+    """SIGTERM while batch 1 of a backlog sleeps at ``point`` (before the write, after it,
+    after the precommit, after the table commit): the batch finishes and commits, the
+    batch Spark plans next is either run to its commit or refused while halting, the
+    driver exits 0 in time, and the table holds exactly the records of the batches it
+    completed -- a prefix of every partition, once each. Then a restart catches up: every
+    produced (topic, partition, offset) once, none missing. A batch the stop lost (logged
+    by Spark, not committed) or committed twice fails the prefix or the final count."""
+    from pipeline.commit.instant import InstantState
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic(f"phase-{point}", 2)
+    config = _config(
+        tmp_path, bootstrap, topic, "iceberg", source={"maxRecordsPerTrigger": PER_BATCH}
+    )
+    spec = GeneratorSpec(count=3 * PER_BATCH, malformed_fraction=0.05, seed=81)
+    first = produce(bootstrap, topic, spec)
+
+    # 1. the stop lands while batch 1 sleeps at the fault point; batch 2 waits behind it
+    driver = Driver(config, fault=f"{point}:sleep=4@{STOPPED_BATCH}")
+    try:
+        reached = _in_phase(driver.cfg, point, tmp_path / "warehouse" / "db" / "events")
+        _wait(reached, driver, 180, f"batch {STOPPED_BATCH} at {point}")
+        driver.signal(signal.SIGTERM)
+        rc, out, err, elapsed = driver.finish()
+    finally:
+        driver.kill()
+    summary = _assert_clean_stop(rc, out, err, elapsed)
+    assert elapsed > 2, f"the stop did not wait for the batch ({elapsed:.1f} s)\n{summary}"
+    timeline = _sinks(driver.cfg).timeline(driver.cfg.id)
+    assert not timeline.pending(), timeline.pending()
+    done = [i for i in timeline.instants() if i.state is InstantState.COMPLETED]
+    assert [i.batch.batch_id for i in done] == list(range(len(done))), done
+    assert len(done) > STOPPED_BATCH, summary  # batch 1 finished, not cut (+ those after)
+    assert summary.startswith(f"stopped: {len(done)} batches committed"), summary
+    table = _coords(driver.cfg)
+    assert table == _prefix(produced(first), done[-1].end), (
+        f"{point}: the table is not exactly the completed batches: {table.total()} rows, "
+        f"{sum(n > 1 for n in table.values())} duplicated\n{summary}"
+    )
+    assert table.total() == len(done) * PER_BATCH, summary
+
+    # 2. new records; the restart (unthrottled) resumes where the stop left off, catches up
+    second = produce(bootstrap, topic, GeneratorSpec(count=PER_BATCH, seed=82))
+    want = produced(first, second)
+    config = _config(tmp_path, bootstrap, topic, "iceberg")
+    driver = Driver(config)
+    try:
+        _wait(_caught_up(driver.cfg, want), driver, 120, "catch-up")
+        driver.signal(signal.SIGTERM)
+        rc, out, err, elapsed = driver.finish()
+    finally:
+        driver.kill()
+    _assert_clean_stop(rc, out, err, elapsed)
+    table = _coords(driver.cfg)
+    missing, doubled = want - table, table - want
+    assert not missing and not doubled, (
+        f"{point}: {missing.total()} missing, {doubled.total()} extra, e.g. "
+        f"{sorted(missing)[:3]} {sorted(doubled)[:3]}"
+    )
+    assert not _sinks(driver.cfg).timeline(driver.cfg.id).pending()

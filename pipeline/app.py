@@ -40,19 +40,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Pipeline", "RunStats"]
+__all__ = ["Pipeline", "RunStats", "check_locally"]
+
+
+def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
+    """What can be refused without the network, before anything is created or an epoch
+    taken: the declared column types, every local path the run writes, a local checkpoint
+    location (created, written, removed). The CLI runs it before the broker check."""
+    from pipeline.formats.columns import FieldSpec, table_columns
+    from pipeline.formats.registry import table_format
+    from pipeline.preflight import check_paths
+
+    fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
+    table_columns(fields, raw=cfg.decode.raw)
+    check_paths(cfg, table_format(cfg).writable_paths(cfg))
+    probe_checkpoint_location(cfg.checkpoint_location, spark=spark)  # local: no JVM
 
 
 class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
         from pipeline.commit.faults import FaultPoints
         from pipeline.formats.registry import table_format
-        from pipeline.preflight import check_paths
 
         fmt = table_format(cfg)
-        # before anything is created or an epoch taken
-        check_paths(cfg, fmt.writable_paths(cfg))
-        probe_checkpoint_location(cfg.checkpoint_location, spark=spark)  # local: no JVM
+        check_locally(cfg, spark)
         self.cfg = cfg
         self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         self.format = fmt

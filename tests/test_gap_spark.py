@@ -1,8 +1,8 @@
-"""Issue 29, the operator's case: an Iceberg table rolled back by hand under a running
+"""The operator's case: an Iceberg table rolled back by hand under a running
 pipeline's checkpoint (docs/design.md invariant 8).
 
 1,000 records in four batches, the table rolled back to the snapshot holding 500 with
-pyiceberg's public API, 200 more produced, ``run`` again. Before issue 29: no error and
+pyiceberg's public API, 200 more produced, ``run`` again. Before the gap check: no error and
 700 rows (500 records silently skipped). Now: one ``[ingest:gap]`` line naming the
 partitions and offsets, nothing staged; ``ingest verify`` reports the same ranges;
 ``commit.onGap=rewind`` re-reads them and the table ends with every record once.

@@ -1,4 +1,4 @@
-"""Issue 29: a kept (pooled) consumer re-reading a lower range of a partition it just read
+"""A kept (pooled) consumer re-reading a lower range of a partition it just read
 higher up -- a task retry, or two ``minPartitions`` pieces on one worker -- delivers exactly
 that range, once, in order (docs/design.md invariant 8; ``source/reader.py``)."""
 

@@ -609,6 +609,8 @@ def test_value_decoder_bisects_to_the_undecodable_records() -> None:
 def test_cli_missing_table_is_an_operator_error(tmp_path: Path) -> None:
     data = _config(tmp_path, "127.0.0.1:9", "nothing")
     data["sink"]["format"] = "iceberg"
+    # a warehouse without the table (no warehouse at all: tests/test_cli_errors.py)
+    Path(data["sink"]["catalog"]["warehouse"]).mkdir(parents=True)
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(data))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

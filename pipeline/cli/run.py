@@ -68,14 +68,16 @@ def run(
     """Run the pipeline described by --config until stopped (or until an
     available-now/once trigger has drained the source). Log lines go to stdout and the
     log file; stderr gets one line when the run stops on an error (exit 2)."""
-    from pipeline.app import Pipeline
+    from pipeline.app import Pipeline, check_locally
 
     cfg = load_config(config, [*(set_ or []), *(["ha.mode=standby"] if standby else [])])
     path = setup_logging("run", verbose=verbose, log_file=run_log_file(log_file, cfg))
     if not verbose:
         os.environ["INGEST_LOG_FILE"] = str(path)  # Spark's log4j follows (spark/session.py)
     logging.getLogger("pipeline").info("log file: %s", path)
-    # Opening the tables creates the warehouse: an unreachable broker is refused first.
+    # Opening the tables creates the warehouse: bad columns and paths, then an unreachable
+    # broker, are refused first.
+    check_locally(cfg)
     require_pipeline_broker(cfg)
 
     # SIGTERM (Kubernetes) / SIGINT (Ctrl-C): a graceful stop (docs/deploy.md#stopping).

@@ -33,6 +33,7 @@ def _tables(result: OrphanResult) -> Any:
         main=None,
         dead_letter=None,
         timeline=lambda _: timeline,
+        journal_pipelines=lambda: [],
         maintenance=lambda: [_Table(result)],
     )
 

@@ -1,9 +1,9 @@
-"""Issue 29: the protocol never *skips* a record (docs/design.md invariants 4 and 8).
+"""The protocol never *skips* a record (docs/design.md invariants 4 and 8).
 
 Spark-free, on the in-memory table of ``test_commit_protocol``: the gap check (a batch
 starting above the table's committed offsets), read coverage (tasks that read other
 offsets than planned), and dead letters committed at most once in every recovery
-combination. Each test failed on the code before issue 29 (the gap and the skipping
+combination. Each test failed on the code before these checks (the gap and the skipping
 reader committed silently; a new incarnation after lost main files committed the dead
 letters twice).
 """

@@ -33,7 +33,7 @@ from pipeline.config import PipelineConfig, parse_config
 from pipeline.observe.runstate import read_run_state
 from pipeline.tools.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
 from pipeline.tools.verify import VerifyReport, compare, verify_pipeline
-from pipeline.tools.verify.ranges import (
+from pipeline.tools.verify.range_ledger import (
     CommitRanges,
     count_window,
     inside,

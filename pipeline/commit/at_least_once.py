@@ -18,7 +18,7 @@ import time
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.offsets import PartitionOffsets
-from pipeline.commit.ranges import consumed_ranges
+from pipeline.commit.table_ranges import consumed_ranges
 from pipeline.commit.types import BatchOutcome, DataLossFn, Outcome, TableCommitter, WriteFn
 from pipeline.errors import CommitError
 

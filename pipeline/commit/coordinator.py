@@ -53,8 +53,8 @@ from pipeline.commit.instant import (
 )
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.commit.ranges import consumed_ranges, overlap
 from pipeline.commit.recovery import Recovery
+from pipeline.commit.table_ranges import consumed_ranges, overlap
 from pipeline.commit.types import (
     DEAD_LETTER,
     MAIN,

@@ -254,7 +254,7 @@ def _water_fill(available: Mapping[TopicPartition, int], budget: int) -> dict[To
     return take
 
 
-def batch_ranges(start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
+def planned_ranges(start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
     """Non-empty per-partition ranges between two checkpoints (partitions new in ``end``
     start at 0 only if ``start`` lacks them, which reconcile prevents)."""
     out = []

@@ -49,9 +49,9 @@ from pipeline.commit.offsets import (
     PartitionOffsets,
     TopicPartition,
     available_records,
-    batch_ranges,
     hold_trigger,
     plan_end,
+    planned_ranges,
     reconcile,
     split_ranges,
 )
@@ -210,7 +210,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        ranges = batch_ranges(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
+        ranges = planned_ranges(PartitionOffsets.from_dict(start), PartitionOffsets.from_dict(end))
         pieces = split_ranges(ranges, self.options.min_partitions)
         return [RangePartition([r]) for r in pieces]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.commit.offsets import PartitionOffsets, batch_ranges, pack_ranges, split_ranges
+from pipeline.commit.offsets import PartitionOffsets, pack_ranges, planned_ranges, split_ranges
 from pipeline.commit.types import StagedBatch
 from pipeline.config import DecodeConfig, SourceConfig
 from pipeline.decode.spark import decode
@@ -63,7 +63,7 @@ class BatchWriter:
         from pipeline.decode.arrow import ArrowDecoder
 
         s = self.source
-        pieces = split_ranges(batch_ranges(start, self.end), s.min_partitions)
+        pieces = split_ranges(planned_ranges(start, self.end), s.min_partitions)
         if not pieces:
             return StagedBatch()
         spark = self.df.sparkSession

@@ -9,8 +9,8 @@ from pipeline.commit.offsets import (
     OffsetRange,
     PartitionOffsets,
     TopicPartition,
-    batch_ranges,
     plan_end,
+    planned_ranges,
     reconcile,
     split_ranges,
 )
@@ -71,7 +71,7 @@ def test_split_ranges_makes_at_least_min_partitions_when_possible() -> None:
 def test_batch_ranges_between_checkpoints() -> None:
     start = PartitionOffsets({A0: 3, A1: 9})
     end = PartitionOffsets({A0: 8, A1: 9})
-    assert batch_ranges(start, end) == [OffsetRange("a", 0, 3, 8)]
+    assert planned_ranges(start, end) == [OffsetRange("a", 0, 3, 8)]
 
 
 def test_reconcile_adds_new_partitions_at_log_start() -> None:

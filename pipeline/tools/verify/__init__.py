@@ -32,7 +32,7 @@ from pipeline.formats.hudi.format import hudi_reader
 from pipeline.tools.verify.engine import TableCheck
 from pipeline.tools.verify.kafka import KafkaWindowReader, verifier_consumer_config
 from pipeline.tools.verify.model import PartitionVerdict, RangeIssue, VerifyReport
-from pipeline.tools.verify.ranges import MetadataError
+from pipeline.tools.verify.range_ledger import MetadataError
 from pipeline.tools.verify.tables import COORDS, HudiSource, IcebergSource, TableSource
 
 __all__ = [
@@ -199,7 +199,7 @@ def recorded_data_loss(
 ) -> dict[TopicPartition, list[tuple[int, int]]]:
     """Data loss the main table's commits record (``failOnDataLoss: false``), merged per
     partition, across its whole history (expired snapshots / trimmed instants included)."""
-    from pipeline.tools.verify.ranges import CommitRanges, plan_partitions
+    from pipeline.tools.verify.range_ledger import CommitRanges, plan_partitions
 
     _, main, _, _ = _sources(cfg, _table_sets(cfg, table_format)[0])
     commits = [c for cid, meta in main.commits() if (c := CommitRanges.from_metadata(cid, meta))]
@@ -233,7 +233,7 @@ def compare(
     """Counts of ``present`` offsets against an explicit expected set per partition."""
     import numpy as np
 
-    from pipeline.tools.verify.ranges import count_window
+    from pipeline.tools.verify.range_ledger import count_window
 
     report = VerifyReport(table_format="count", table="", payload_checked=False)
     for tp in sorted(set(present) | set(expected)):

@@ -9,7 +9,7 @@ Per window ``[a, b)`` of a partition:
   expected   = records Kafka returns in ``[max(a, log start), min(b, log end))`` that lie
                in a committed range and not in recorded data loss
   present    = main + dead-letter rows with offsets in ``[a, b)`` (every copy)
-  counts     = :func:`pipeline.tools.verify.ranges.count_window`
+  counts     = :func:`pipeline.tools.verify.range_ledger.count_window`
   payload    = main rows against the decoded record, dead letters against the raw bytes
 """
 
@@ -37,7 +37,7 @@ from pipeline.tools.verify.model import (
     _add_samples,
 )
 from pipeline.tools.verify.payload import ValueDecoder, differs
-from pipeline.tools.verify.ranges import (
+from pipeline.tools.verify.range_ledger import (
     CommitRanges,
     PartitionPlan,
     count_window,

@@ -102,7 +102,7 @@ class IcebergSource:
     def at_most(self, committed: Mapping[TopicPartition, int]) -> IcebergSource:
         """The newest ancestor whose committed offsets do not go beyond ``committed``
         (the dead-letter table commits first: skip a batch the main table lacks)."""
-        from pipeline.tools.verify.ranges import COMMITTED_KEY, parse_offsets
+        from pipeline.tools.verify.range_ledger import COMMITTED_KEY, parse_offsets
 
         for snap in self._ancestry:
             meta = _summary(snap)
@@ -126,7 +126,7 @@ class IcebergSource:
         return [f.name for f in self.table.schema().fields]
 
     def commits(self) -> list[tuple[str, Mapping[str, Any]]]:
-        from pipeline.tools.verify.ranges import expired_history
+        from pipeline.tools.verify.range_ledger import expired_history
 
         own = [(str(s.snapshot_id), _summary(s)) for s in self._ancestry]
         return [*own, *expired_history(own)]  # history expired before the oldest retained
@@ -213,7 +213,7 @@ class HudiSource:
         self._slices: dict[TopicPartition, list[tuple[Any, int | None, int | None]]] = {}
 
     def at_most(self, committed: Mapping[TopicPartition, int]) -> HudiSource:
-        from pipeline.tools.verify.ranges import COMMITTED_KEY, parse_offsets
+        from pipeline.tools.verify.range_ledger import COMMITTED_KEY, parse_offsets
 
         for instant, meta in self._own_commits():
             text = meta.get(COMMITTED_KEY)
@@ -237,7 +237,7 @@ class HudiSource:
         return out
 
     def commits(self) -> list[tuple[str, Mapping[str, Any]]]:
-        from pipeline.tools.verify.ranges import expired_history
+        from pipeline.tools.verify.range_ledger import expired_history
 
         own = self._own_commits()
         return [*own, *expired_history(own)]  # commits trimmed off the active timeline

@@ -4,7 +4,7 @@
                                minus what the table already held (what a commit adds).
   * :func:`overlap`         -- the sub-ranges of a batch the table already committed.
 
-Not to be confused with :func:`pipeline.commit.offsets.batch_ranges`, the source's plan
+Not to be confused with :func:`pipeline.commit.offsets.planned_ranges`, the source's plan
 of the ranges a batch reads.
 """
 

@@ -4,7 +4,9 @@ every in-sync replica has it), remembering every acknowledged (partition, offset
 is what the tables must hold exactly once.
 
 Invariant: a drill never reads from Kafka to decide what was produced — only the
-producer's delivery reports count.
+producer's delivery reports count. (A record in the tables at an offset no report named is
+looked up in Kafka, to tell a record the pipeline invented from one whose acknowledgement
+an outage lost: pipeline/tools/drill/verdict.py.)
 """
 
 from __future__ import annotations

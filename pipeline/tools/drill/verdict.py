@@ -1,5 +1,6 @@
 """A drill's verdict: the tables counted against the producer's acknowledged offsets (our
-own count, pipeline/tools/drill/count.py) and by the independent verifier (``ingest
+own count, pipeline/tools/drill/count.py; records at other offsets are a problem unless
+Kafka holds them) and by the independent verifier (``ingest
 verify``), the worse of the two reported; recommits, rollbacks and compactions seen."""
 
 from __future__ import annotations
@@ -50,7 +51,18 @@ def count_produced(
     result.lost = sum(e - s for ivs in lost.values() for s, e in ivs)
     result.verifier = "drill count"
     if own.unexpected:
-        result.problems.append(f"{own.unexpected} records in the tables not produced")
+        absent = not_in_kafka(cfg, own.unacknowledged)
+        if absent:
+            result.problems.append(
+                f"{own.unexpected} records in the tables not produced "
+                f"({len(absent)} at offsets Kafka does not hold, e.g. {absent[0]})"
+            )
+        else:  # written by Kafka all the same: ingested once, as every record must be
+            result.notes.append(
+                f"{own.unexpected} record(s) Kafka holds at offsets the producer never saw "
+                "acknowledged (a send whose acknowledgement the outage lost, written again "
+                "under a new producer epoch), each in the tables once"
+            )
     # Records whose delivery failed are not expected; one Kafka wrote all the same (a
     # timeout after the write) would show as unexpected above. Outages here last
     # seconds, far inside the producer's 300 s delivery timeout.
@@ -59,6 +71,33 @@ def count_produced(
         result.notes.append(
             f"producer: {len(errors)} record(s) not acknowledged, e.g. {errors[0][:160]}"
         )
+
+
+def not_in_kafka(
+    cfg: PipelineConfig, coords: Sequence[tuple[str, int, int]], timeout_s: float = 30.0
+) -> list[tuple[str, int, int]]:
+    """The coordinates at which Kafka holds no record: the only read of Kafka a drill
+    makes, and only to tell a record the pipeline invented (a problem) from one Kafka
+    wrote without the producer ever seeing its acknowledgement (possible when every node
+    is SIGKILLed with sends in flight)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KTopicPartition
+
+    from pipeline.kafka.client import consumer_config
+
+    s = cfg.source
+    conf = consumer_config(s.bootstrap_servers, s.kafka, isolation_level="read_uncommitted")
+    consumer = Consumer({**conf, "enable.partition.eof": True})
+    absent = []
+    try:
+        for topic, partition, offset in coords[:1000]:
+            consumer.assign([KTopicPartition(topic, partition, offset)])
+            msg = consumer.poll(timeout_s)
+            if msg is None or msg.error() is not None or msg.offset() != offset:
+                absent.append((topic, partition, offset))
+    finally:
+        consumer.close()
+    return absent
 
 
 def check_independently(result: DrillResult, cfg: PipelineConfig) -> None:

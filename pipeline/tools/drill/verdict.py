@@ -59,9 +59,8 @@ def count_produced(
             )
         else:  # written by Kafka all the same: ingested once, as every record must be
             result.notes.append(
-                f"{own.unexpected} record(s) Kafka holds at offsets the producer never saw "
-                "acknowledged (a send whose acknowledgement the outage lost, written again "
-                "under a new producer epoch), each in the tables once"
+                f"{own.unexpected} record(s) Kafka holds at offsets no delivery report "
+                "named (the outage lost their acknowledgement), each in the tables once"
             )
     # Records whose delivery failed are not expected; one Kafka wrote all the same (a
     # timeout after the write) would show as unexpected above. Outages here last

@@ -41,9 +41,23 @@ class DataLossError(PipelineError):
 
 
 class PartitionStateError(PipelineError):
-    """A partition vanished, or its end moved below our next offset (topic recreated)."""
+    """A partition vanished, or its end moved below our next offset."""
 
     code = "partition-state"
+
+
+class TopicRecreatedError(PartitionStateError):
+    """A topic's id changed since the checkpoint: it was deleted and created again, so its
+    offsets restarted and say nothing about what was read."""
+
+    code = "topic-recreated"
+
+
+class LogTruncatedError(PartitionStateError):
+    """The same topic's log now ends below our next offset: the broker truncated it
+    (an unclean leader election), and new records will reuse offsets already ingested."""
+
+    code = "log-truncated"
 
 
 class CommitError(PipelineError):

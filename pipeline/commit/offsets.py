@@ -2,8 +2,12 @@
 
 Operators
   * ``PartitionOffsets``  -- ``{(topic, partition): next_offset}``; the checkpoint value.
+  * ``offsets_with_topic_ids`` / ``topic_ids_in`` -- the source's offset-log entry also
+                             records each topic's id (``"#topicIds"``, a key no topic can
+                             have: ``#`` is not allowed in topic names).
   * ``reconcile``         -- compares a start position with what the broker now reports
-                             (new, vanished, shrunk and retention-truncated partitions).
+                             (new, vanished, shrunk and retention-truncated partitions, a
+                             re-created topic told from a truncated log by the topic id).
   * ``plan_end``          -- admission control: the end offsets of the next batch.
   * ``hold_trigger``      -- admission control: too few records yet, plan no batch.
   * ``split_ranges``      -- cuts per-partition ranges into contiguous sub-ranges (tasks).
@@ -26,7 +30,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from pipeline.errors import DataLossError, PartitionStateError
+from pipeline.errors import (
+    DataLossError,
+    LogTruncatedError,
+    PartitionStateError,
+    TopicRecreatedError,
+)
+
+# The offset-log key holding {topic: topic id}. Kafka topic names are [a-zA-Z0-9._-]+.
+TOPIC_IDS_KEY = "#topicIds"
 
 
 class TopicPartition(NamedTuple):
@@ -103,6 +115,8 @@ class PartitionOffsets(Mapping[TopicPartition, int]):
     def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
         out: dict[TopicPartition, int] = {}
         for topic, parts in data.items():
+            if topic == TOPIC_IDS_KEY:
+                continue
             if not isinstance(parts, Mapping):
                 raise ValueError(f"offsets for topic {topic!r} must be an object")
             for partition, offset in parts.items():
@@ -117,6 +131,21 @@ class PartitionOffsets(Mapping[TopicPartition, int]):
         merged = dict(self._data)
         merged.update(other)
         return PartitionOffsets(merged)
+
+
+def offsets_with_topic_ids(offsets: PartitionOffsets, ids: Mapping[str, str]) -> dict:
+    """The offset-log form of ``offsets`` with the ids of its topics (those known)."""
+    out: dict = offsets.to_dict()
+    known = {t: ids[t] for t in out if t in ids}
+    if known:
+        out[TOPIC_IDS_KEY] = known
+    return out
+
+
+def topic_ids_in(logged: Mapping) -> dict[str, str]:
+    """The topic ids an offset-log entry recorded ({} when written before topic ids)."""
+    ids = logged.get(TOPIC_IDS_KEY)
+    return {str(t): str(i) for t, i in ids.items()} if isinstance(ids, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -142,14 +171,28 @@ def reconcile(
     broker: Mapping[TopicPartition, BrokerOffsets],
     *,
     fail_on_data_loss: bool,
+    recorded_ids: Mapping[str, str] | None = None,
+    current_ids: Mapping[str, str] | None = None,
 ) -> Reconciled:
     """Check ``start`` against the broker; add new partitions at their earliest offset.
 
-    Raises ``PartitionStateError`` when a partition we were reading is gone or its end is
-    below our next offset (the topic was deleted and recreated): continuing would either
-    stall forever or silently skip the new topic's records. Raises ``DataLossError`` when
-    offsets we still need were deleted by retention and ``fail_on_data_loss`` is set.
+    Raises ``TopicRecreatedError`` when a topic's id differs from the one recorded with
+    ``start`` (deleted and re-created: its offsets restarted, wherever its end now is).
+    Raises ``LogTruncatedError`` when the same topic's end is below our next offset, and
+    ``PartitionStateError`` when a partition is gone, or its end is below our next offset
+    and no id was recorded to tell the two apart: continuing would either stall or
+    silently skip records. Raises ``DataLossError`` when offsets we still need were
+    deleted by retention and ``fail_on_data_loss`` is set.
     """
+    was, now = recorded_ids or {}, current_ids or {}
+    for topic in sorted({tp.topic for tp in start}):
+        if topic in was and topic in now and was[topic] != now[topic]:
+            raise TopicRecreatedError(
+                f"topic {topic} was deleted and re-created (topic id {was[topic]}, now "
+                f"{now[topic]}): its offsets restarted, so the checkpoint's say nothing about "
+                "it; refusing to continue. Start its partitions explicitly with "
+                "startingOffsets (and a new checkpoint) to read the new topic"
+            )
     out: dict[TopicPartition, int] = {}
     result = Reconciled(start=start)
     for tp, offset in start.items():
@@ -159,11 +202,20 @@ def reconcile(
                 f"partition {tp} was at offset {offset} but no longer exists on the broker "
                 "(topic deleted or partitions reduced); refusing to continue"
             )
+        if b.high < offset and tp.topic in was and was[tp.topic] == now.get(tp.topic):
+            raise LogTruncatedError(
+                f"partition {tp}: the log now ends at offset {b.high}, below the committed "
+                f"next offset {offset}, in the same topic (id {was[tp.topic]}): the broker "
+                f"truncated it (an unclean leader election?) and will hand out offsets "
+                f"[{b.high}, {offset}) again to new records, which the tables already hold; "
+                "refusing to continue"
+            )
         if b.high < offset:
             raise PartitionStateError(
                 f"partition {tp}: committed next offset {offset} is beyond the partition's end "
-                f"offset {b.high} (topic deleted and recreated?); refusing to continue. "
-                "Reset this partition explicitly with startingOffsets to resume"
+                f"offset {b.high} (topic deleted and recreated, or its log truncated); "
+                "refusing to continue. Reset this partition explicitly with startingOffsets "
+                "to resume"
             )
         if offset < b.low:
             if fail_on_data_loss:

@@ -58,6 +58,11 @@ _DEFAULTS = {
 # 2.7 s. Buckets, not exact sizes: a pooled consumer is reused only by an equal config.
 _FETCH_BUCKETS = ((1_000, 262_144), (10_000, 262_144), (100_000, 1_048_576))
 _QUEUE_KBYTES = 65_536
+_UNKNOWN_TOPIC = (
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+)
 
 
 def fetch_sizing(records_per_partition: int) -> dict[str, str]:
@@ -278,11 +283,7 @@ class KafkaMetadata:
             return out
         except KafkaException as e:
             err = e.args[0] if e.args else None
-            if isinstance(err, KafkaError) and err.code() in (
-                KafkaError.UNKNOWN_TOPIC_OR_PART,
-                KafkaError._UNKNOWN_PARTITION,
-                KafkaError._UNKNOWN_TOPIC,
-            ):
+            if isinstance(err, KafkaError) and err.code() in _UNKNOWN_TOPIC:
                 raise PartitionStateError(f"listing offsets failed: {_kerr(e)}") from None
             raise BrokerUnavailableError(
                 f"cannot list offsets on {self.bootstrap_servers}: {_kerr(e)}"
@@ -294,8 +295,40 @@ class KafkaMetadata:
                 f"{self._timeout:.0f}s (broker down or partition leader unavailable)"
             ) from None
 
-    def describe_topics(self, topics: list[str]) -> None:  # pragma: no cover - diagnostics
-        self._admin.describe_topics(TopicCollection(topics))
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        """Each topic's id (a new one whenever a topic is deleted and created again).
+        A topic the broker does not know is left out: the offset listing names it."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        return self._patiently("describing topics", lambda: self._topic_ids_once(names))
+
+    def _topic_ids_once(self, names: list[str]) -> dict[str, str]:
+        try:
+            futures = self._admin.describe_topics(
+                TopicCollection(names), request_timeout=self._timeout
+            )
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot describe topics on {self.bootstrap_servers}: {_kerr(e)}"
+            ) from None
+        out = {}
+        for name, fut in futures.items():
+            try:
+                out[name] = str(fut.result(timeout=self._timeout).topic_id)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if isinstance(err, KafkaError) and err.code() in _UNKNOWN_TOPIC:
+                    continue
+                raise BrokerUnavailableError(
+                    f"cannot describe topic {name} on {self.bootstrap_servers}: {_kerr(e)}"
+                ) from None
+            except concurrent.futures.TimeoutError:
+                raise BrokerUnavailableError(
+                    f"describing topics on {self.bootstrap_servers} timed out after "
+                    f"{self._timeout:.0f}s"
+                ) from None
+        return out
 
 
 def new_consumer(conf: Mapping[str, Any]) -> Consumer:

@@ -2,14 +2,15 @@
 
 Spark calls the planning methods (``initialOffset``, ``latestOffset``, ``partitions``) in
 one long-lived Python worker and ``read`` in task workers. Offsets travel through Spark's
-offset log as ``{"topic": {"partition": next_offset}}``; Kafka consumer groups are never
-used (docs/design.md invariant 1).
+offset log as ``{"topic": {"partition": next_offset}, "#topicIds": {"topic": id}}``; Kafka
+consumer groups are never used (docs/design.md invariant 1).
 
 Planning rules
   * ``latestOffset`` reconciles the start with the broker (new partitions appear in the
     end offsets at their log start and are read from the next batch on, so every batch's
     ranges are fixed by two logged offset maps and a replay reads the same records);
-    vanished / recreated partitions and retention loss raise tagged pipeline errors.
+    vanished partitions, a re-created topic (its id changed), a truncated log (same id,
+    end below our offset) and retention loss raise tagged pipeline errors.
   * Admission control: ``maxRecordsPerTrigger`` through Spark's ``ReadMaxRows`` limit,
     ignored when Spark passes ``ReadAllAvailable`` (Trigger.AvailableNow, ``once``).
     ``minRecordsPerTrigger`` / ``maxTriggerDelay`` are applied by the reader itself:
@@ -50,10 +51,12 @@ from pipeline.commit.offsets import (
     TopicPartition,
     available_records,
     hold_trigger,
+    offsets_with_topic_ids,
     plan_end,
     planned_ranges,
     reconcile,
     split_ranges,
+    topic_ids_in,
 )
 from pipeline.errors import ConfigError
 from pipeline.source.options import SourceOptions
@@ -132,7 +135,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     start[tp] = broker[tp].high
                 else:
                     start[tp] = spec
-        return PartitionOffsets(start).to_dict()
+        ids = self.metadata.topic_ids(tp.topic for tp in tps)
+        return offsets_with_topic_ids(PartitionOffsets(start), ids)
 
     def _timestamp_starts(
         self, tps: list[TopicPartition], broker: dict[TopicPartition, Any]
@@ -154,8 +158,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = PartitionOffsets.from_dict(start)
-        broker = self.metadata.offsets(sorted(self._current_partitions()))
-        rec = reconcile(begin, broker, fail_on_data_loss=self.options.fail_on_data_loss)
+        tps = sorted(self._current_partitions())
+        broker = self.metadata.offsets(tps)
+        ids = self.metadata.topic_ids({tp.topic for tp in tps} | {tp.topic for tp in begin})
+        rec = reconcile(
+            begin,
+            broker,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+            recorded_ids=topic_ids_in(start),
+            current_ids=ids,
+        )
         latest = {tp: b.high for tp, b in broker.items()}
         # Spark asks reportLatestOffset right after this: answer from the same listing
         self._reported = PartitionOffsets(latest)
@@ -169,7 +181,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.max_trigger_delay_s,
             read_all=isinstance(limit, ReadAllAvailable) or self._target is not None,
         ):
-            return begin.to_dict()  # unchanged: Spark runs no batch
+            return start  # unchanged: Spark runs no batch
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         # New partitions only enter the offset map this batch; their data is read from the
         # next one, so each batch's ranges are fully determined by logged offsets.
@@ -177,9 +189,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = plan_end(known, latest, max_rows)
         new = {tp: rec.start[tp] for tp in rec.new_partitions}
         planned = end.updated(new)
-        if planned != begin:
-            self._admitted_at = now
-        return planned.to_dict()
+        if planned == begin:
+            return start  # nothing new; the same entry, so Spark runs no batch
+        self._admitted_at = now
+        return offsets_with_topic_ids(planned, ids)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # Spark passes this limit back to latestOffset; Trigger.Once passes

@@ -9,12 +9,19 @@ from pipeline.commit.offsets import (
     OffsetRange,
     PartitionOffsets,
     TopicPartition,
+    offsets_with_topic_ids,
     plan_end,
     planned_ranges,
     reconcile,
     split_ranges,
+    topic_ids_in,
 )
-from pipeline.errors import DataLossError, PartitionStateError
+from pipeline.errors import (
+    DataLossError,
+    LogTruncatedError,
+    PartitionStateError,
+    TopicRecreatedError,
+)
 
 A0, A1, A2 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("a", 2)
 
@@ -91,9 +98,49 @@ def test_reconcile_vanished_partition_is_an_error() -> None:
         )
 
 
-def test_reconcile_recreated_topic_is_an_error_not_a_stall() -> None:
+def test_offsets_carry_topic_ids_that_offset_readers_ignore() -> None:
+    offs = PartitionOffsets({A0: 3, TopicPartition("b", 0): 0})
+    logged = offsets_with_topic_ids(offs, {"a": "id-a", "b": "id-b", "gone": "id-x"})
+    assert logged["#topicIds"] == {"a": "id-a", "b": "id-b"}  # only topics it has offsets of
+    assert PartitionOffsets.from_dict(logged) == offs
+    assert topic_ids_in(logged) == {"a": "id-a", "b": "id-b"}
+    assert topic_ids_in(offs.to_dict()) == {}  # a checkpoint written before topic ids
+
+
+def test_reconcile_end_below_offset_without_recorded_ids_is_an_error_not_a_stall() -> None:
     with pytest.raises(PartitionStateError, match=r"beyond the partition's end offset 3"):
         reconcile(PartitionOffsets({A0: 50}), {A0: BrokerOffsets(0, 3)}, fail_on_data_loss=True)
+
+
+@pytest.mark.parametrize("high", [3, 500], ids=["end-below", "end-above"])
+def test_reconcile_recreated_topic_is_told_by_its_id_wherever_its_end_is(high: int) -> None:
+    with pytest.raises(
+        TopicRecreatedError,
+        match=r"^\[ingest:topic-recreated\] topic a was deleted and re-created "
+        r"\(topic id id-1, now id-2\)",
+    ):
+        reconcile(
+            PartitionOffsets({A0: 50}),
+            {A0: BrokerOffsets(0, high)},
+            fail_on_data_loss=True,
+            recorded_ids={"a": "id-1"},
+            current_ids={"a": "id-2"},
+        )
+
+
+def test_reconcile_same_topic_ending_below_the_offset_is_a_truncated_log() -> None:
+    with pytest.raises(
+        LogTruncatedError,
+        match=r"^\[ingest:log-truncated\] partition a\[0\]: the log now ends at offset 3, "
+        r"below the committed next offset 50",
+    ):
+        reconcile(
+            PartitionOffsets({A0: 50}),
+            {A0: BrokerOffsets(0, 3)},
+            fail_on_data_loss=True,
+            recorded_ids={"a": "id-1"},
+            current_ids={"a": "id-1"},
+        )
 
 
 def test_reconcile_data_loss_fails_by_default_and_names_offsets() -> None:

@@ -10,6 +10,8 @@
 * Catalog outage (a private PostgreSQL cluster stopped and restarted): a table load at
   batch start and a commit wait and resume; past ``commit.catalogRetrySeconds`` the
   driver stops with a one-line error naming the catalog and the next run recommits.
+* A log truncated by an unclean leader election (same topic id, end below the committed
+  offset): the restart stops with the truncated-log error.
 * Retention overtaking a stopped pipeline, through the driver subprocess: exit 2 with the
   partition and offsets under failOnDataLoss, else continue, recorded and counted.
 
@@ -21,6 +23,7 @@ Exactly-once is shown by counting (topic, partition, offset).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +39,7 @@ from support.drivers import (
     run_driver,
     write_config,
 )
-from support.kafka_fixtures import KafkaTestBroker
+from support.kafka_fixtures import KafkaTestBroker, unique_topic
 from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
 
 from pipeline.app import Pipeline
@@ -393,6 +396,47 @@ def test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing(
     assert len(faults) == 3, faults
     assert coords(p) == produced(r)
     assert p.stats.last is not None and p.stats.last.outcome == "committed"
+
+
+@pytest.mark.slow
+def test_a_log_truncated_by_an_unclean_election_is_told_from_a_recreated_topic(
+    spark: Any, kafka_cluster3: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """Two replicas; the follower is SIGKILLed, the leader takes 200 more records (one
+    in-sync replica suffices), the pipeline ingests all 300, the leader is SIGKILLed and the
+    stale follower is elected uncleanly: the same topic now ends at 100. The restart stops
+    with the truncated-log error, not the re-created-topic one, and commits nothing."""
+    cluster = kafka_cluster3.own()
+    bootstrap = cluster.bootstrap_servers
+    topic = unique_topic("truncated")
+    cluster.create_topic(topic, 1, replication_factor=2, config={"min.insync.replicas": "1"})
+    (old_leader, follower), _ = cluster.replicas(topic, 0)
+    r1 = produce(bootstrap, topic, GeneratorSpec(count=100, seed=58))
+    data = _config(tmp_path, bootstrap, topic)
+    try:
+        cluster.kill(follower)
+        deadline = time.monotonic() + 30
+        while cluster.replicas(topic, 0)[1] != [old_leader]:
+            assert time.monotonic() < deadline, "the killed follower stayed in sync"
+            time.sleep(0.2)
+        r2 = produce(bootstrap, topic, GeneratorSpec(count=200, seed=59))
+        first = Pipeline(parse_config(data), spark)
+        first.run(timeout_s=120)
+        assert coords(first) == produced(r1, r2)
+        cluster.kill(old_leader)
+        cluster.restart(follower)
+        cluster.elect_unclean(topic, 0)
+        again = Pipeline(parse_config(data), spark)
+        with pytest.raises(Exception) as raised:
+            again.run(timeout_s=120)
+        assert re.fullmatch(
+            rf"\[ingest:log-truncated\] partition {topic}\[0\]: the log now ends at offset "
+            r"100, below the committed next offset 300, in the same topic \(id \S+\): .*",
+            find_pipeline_error(raised.value, tagged=True) or str(raised.value),
+        )
+        assert coords(again) == produced(r1, r2)  # nothing committed by the refused run
+    finally:
+        cluster.restart_all()
 
 
 # -- retention -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import ElectionType, KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import (
     AdminClient,
@@ -90,6 +90,21 @@ def leader(admin: AdminClient, topic: str, partition: int) -> int:
     if t is None or partition not in t.partitions:
         return -1
     return int(t.partitions[partition].leader)
+
+
+def replicas(admin: AdminClient, topic: str, partition: int) -> tuple[list[int], list[int]]:
+    """(replicas, in-sync replicas) of ``topic``/``partition`` now."""
+    md = admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+    p = md.topics[topic].partitions[partition]
+    return [int(r) for r in p.replicas], [int(r) for r in p.isrs]
+
+
+def elect_unclean(admin: AdminClient, topic: str, partition: int) -> None:
+    """Let an out-of-sync replica lead ``topic``/``partition`` (it may lack records the old
+    leader had: the log is truncated to what it holds)."""
+    tp = KTopicPartition(topic, partition)
+    # no request_timeout: confluent-kafka 2.16's elect_leaders raises SystemError with it
+    _result(admin.elect_leaders(ElectionType.UNCLEAN, [tp]))
 
 
 def _await_topic(admin: AdminClient, topic: str, done: Callable[[Any], bool]) -> None:

@@ -266,6 +266,14 @@ class KafkaCluster:
         """Node id leading ``topic``/``partition`` now (-1: none)."""
         return admin_api.leader(self.admin(), topic, partition)
 
+    def replicas(self, topic: str, partition: int) -> tuple[list[int], list[int]]:
+        """(replicas, in-sync replicas) of ``topic``/``partition`` now."""
+        return admin_api.replicas(self.admin(), topic, partition)
+
+    def elect_unclean(self, topic: str, partition: int) -> None:
+        """Unclean leader election: an out-of-sync live replica leads, truncating the log."""
+        admin_api.elect_unclean(self.admin(), topic, partition)
+
     # ------------------------------------------------------------------ internals
     def _started(self) -> dict[int, Node]:
         if not self._nodes:

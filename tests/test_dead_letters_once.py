@@ -23,10 +23,11 @@ table or the dead-letter table exactly once, each dead letter is in the dead-let
 exactly once, no table references a missing file, no staged file is left unreferenced
 and the journal holds no pending instant.
 
-Two strict xfails pin what recovery still gets wrong (they fail once it is fixed): the
-Hudi repair leaves its instant pending on the dead-letter table's own timeline, and a
-repair that fails before its precommit is forgotten, so a new query then commits the
-batch's dead letters a second time.
+Two more cases, each failing before its fix: the Hudi repair must not leave its instant
+pending on the dead-letter table's own timeline (the repair aborts it there), and a
+repair that fails before its precommit must not be forgotten (the lost instant stays
+pending until its repair committed), or a new query commits the batch's dead letters a
+second time.
 
 No Spark and no mocks: the real ``Coordinator``, the real format committers and the
 worker loop Spark tasks run (``pipeline.spark.writer.run_task`` staging real Parquet
@@ -367,14 +368,6 @@ def test_dead_letters_committed_at_most_once_after_a_crash_between_the_table_com
     assert tables.main.is_committed(BatchIdentity(PIPE, X, 1), E[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the repair begins its instant on the Hudi dead-letter table, stages dead-letter "
-    "copies there (markers) and deletes the files, but never aborts that instant: it stays "
-    "requested/inflight for good (the follower release skips an instant with markers), and "
-    "the table's timeline trimming stops at it",
-)
 @pytest.mark.parametrize("incarnation", ["same-query", "new-query"])
 def test_hudi_repair_leaves_no_pending_instant_on_either_table(
     tmp_path: Path, incarnation: str
@@ -383,13 +376,6 @@ def test_hudi_repair_leaves_no_pending_instant_on_either_table(
     assert done.rig.pending_format_instants(done.rig.open()) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a repair that fails before its precommit (its re-read raised) leaves only a "
-    "REQUESTED instant; the lost instant is already rolled back, so the next run rolls the "
-    "repair back without repairing, and a new query commits batch 1's dead letters again",
-)
 @pytest.mark.parametrize("fmt", ["iceberg", "hudi"])
 def test_dead_letters_once_when_the_repair_fails_before_its_precommit(
     tmp_path: Path, fmt: str

@@ -158,7 +158,9 @@ class Coordinator:
             self.check_epoch()
             outcome, recovered = self.recovery.recover(incarnation, batch_id, end)
             for lost in self.recovery.repairs:
-                self._repair(lost, batch_id, reread)
+                assert lost.inflight is not None
+                self._repair(lost.inflight, batch_id, reread)
+                self.recovery.repaired(lost, batch_id)
             self.recovered = True
             if outcome is not None:
                 outcome.recovered = recovered
@@ -252,9 +254,16 @@ class Coordinator:
         staged = reread(start, end)(staged_write_id(self.pipeline_id, instant), previous)
         inflight = self._precommit(instant, lost.batch, start, end, previous, staged)
         self._commit(inflight, batch_id)
-        if self.dead_letter is not None:  # the repair's own copies, never referenced
+        if self.dead_letter is not None:  # the repair's own copies, never referenced,
+            # and its instant on the dead-letter table (never committed there)
             self.dead_letter.delete_files(f.path for f in inflight.files_of(DEAD_LETTER))
-        log.warning("instant %s: main rows of batch %d re-read and committed", instant, batch_id)
+            self.dead_letter.abort(instant)
+        log.warning(
+            "instant %s: main rows of batch %d (instant %s) re-read and committed",
+            instant,
+            lost.batch.batch_id,
+            lost.time,
+        )
 
     def _planned_overlap(
         self,

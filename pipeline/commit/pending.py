@@ -79,9 +79,8 @@ class PendingInstants:
         listed = inst.inflight.files if inst.inflight is not None else ()
         keep_dead = self.dead_letters_committed(inst)
         if keep_dead:
-            log.error(
-                "instant %s: dead letters committed but main files lost; keeping the dead "
-                "letters (a recomputed batch may add them again)",
+            log.warning(
+                "instant %s: its dead letters are committed; rolling back the rest only",
                 inst.time,
             )
         keep_main = not keep_dead and self.partly_committed(inst)  # a multi-table main

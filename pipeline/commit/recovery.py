@@ -10,14 +10,16 @@ journal before anything new is written (docs/design.md invariant 4):
                                                     its incarnation;
   * INFLIGHT of the batch Spark is replaying (same incarnation, batch id and end offsets),
     every staged file present with its size       → RECOMMITTED without running the workers;
+  * dead letters committed, main files lost       → listed in ``repairs``: the coordinator
+                                                    re-reads its ranges and commits the main
+                                                    rows alone under its batch identity, then
+                                                    ``repaired`` ROLLS it BACK (keeping the
+                                                    dead letters): the dead letters are never
+                                                    committed twice, in any incarnation, also
+                                                    when a run dies mid-repair (the instant is
+                                                    still pending and repaired again);
   * anything else                                 → ROLLED BACK: listed and orphaned files
-                                                    deleted, then the rollback recorded; an
-                                                    instant whose dead letters are committed
-                                                    keeps them and is listed in ``repairs``:
-                                                    the coordinator re-reads its ranges and
-                                                    commits the main rows alone, so the dead
-                                                    letters are never committed twice, in
-                                                    any incarnation.
+                                                    deleted, then the rollback recorded.
 
 The coordinator composes a :class:`Recovery` and hands it its commit operator; the checks
 on a pending instant and the rollback live in :mod:`pipeline.commit.pending`, which only
@@ -68,8 +70,9 @@ class Recovery:
         self._commit = commit
         self._pending = PendingInstants(pipeline_id, main, dead_letter, timeline, faults)
         # instants rolled back although their dead letters are committed (main files lost):
-        # the coordinator commits their main rows alone before anything else (repair)
-        self.repairs: list[Inflight] = []
+        # the coordinator commits their main rows alone before anything else (repair),
+        # then hands each back to ``repaired``
+        self.repairs: list[Instant] = []
 
     def recover(
         self, incarnation: str, batch_id: int, end: PartitionOffsets
@@ -117,10 +120,19 @@ class Recovery:
                 done.append((inst.time, "recommitted"))
                 continue
             if pending.dead_letters_committed(inst) and inst.inflight is not None:
-                self.repairs.append(inst.inflight)
+                # Rolled back only once the repair committed its main rows: a run that
+                # dies before then finds this instant again and repairs it again.
+                self.repairs.append(inst)
+                done.append((inst.time, "rolled_back"))
+                continue
             pending.roll_back(inst, batch_id)
             done.append((inst.time, "rolled_back"))
         return recommitted, done
+
+    def repaired(self, inst: Instant, batch_id: int) -> None:
+        """Roll back an instant of ``repairs`` once the main table holds its batch (its
+        committed dead letters stay)."""
+        self._pending.roll_back(inst, batch_id)
 
     def _can_recommit(self, inst: Instant, replayed: BatchIdentity, end: PartitionOffsets) -> bool:
         if inst.state is not InstantState.INFLIGHT or inst.inflight is None:

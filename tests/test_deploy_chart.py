@@ -776,6 +776,7 @@ def test_default_install_dry_run_prints_notes(helm: Any) -> None:
 # -- the rendered driver command, run locally ----------------------------------------------
 
 
+@pytest.mark.slow  # a whole driver run (~50 s): CI's slow stage
 def test_rendered_driver_command_commits_locally(helm: Any, tmp_path: Path) -> None:
     """Run the Deployment's command line (same args, same config and spark-defaults from the
     ConfigMap) on this machine: local master, a one-node Apache Kafka (KafkaCluster), state

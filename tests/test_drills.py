@@ -3,10 +3,11 @@ processes the broker drills SIGKILL and SIGSTOP), rate producer, the pipeline as
 OS process, injected faults, then an exactly-once count.
 
 Default run (fast subset): a SIGKILL drill with 2 kills on Iceberg and the
-checkpoint-deleted drill. ``-m drill``: the full matrix (every scenario on Iceberg and
-Hudi, ≥ 20 SIGKILL restarts per format, executor loss on a standalone cluster, and the
-SIGKILL drill on ``sink.format: both``), the same command as ``ingest drill --matrix full
---standby-kills 3 --executor-kills 2``.
+checkpoint-deleted drill. ``-m drill``: CI's subset of the full matrix (``CI_FORMAT``
+below: a SIGKILL at every named fault point on Iceberg and Hudi, each other scenario on
+one format, executor loss on a standalone cluster); the whole matrix is ``ingest drill
+--matrix full`` (every scenario on both formats, 20 SIGKILLs, the both format's kill drill),
+whose report docs/drills.md commits.
 """
 
 from __future__ import annotations
@@ -337,11 +338,13 @@ def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
 
 
 # The CI subset of `ingest drill --matrix full` (whose committed report, docs/drills.md, runs
-# every scenario on both formats with 20 SIGKILLs): the SIGKILL drill on every format with
-# 10 kills (every named fault point -- 9, or 10 for the both format -- then random), and
-# every other scenario once, on the format given here, alternating so each format meets
-# half of them (the 60-minute CI budget; the other half is in the committed report).
-CI_KILLS = 10
+# every scenario on both formats with 20 SIGKILLs): the SIGKILL drill on Iceberg and Hudi
+# with 9 kills (every named fault point), and every other scenario once, on the format
+# given here, alternating so each format meets half of them (the 60-minute CI budget; the
+# other half, and the both format's kill drill, are in the committed report; CI's slow
+# stage crashes the both format between its two table commits).
+CI_KILLS = 9
+CI_KILL_FORMATS = ("iceberg", "hudi")
 CI_FORMAT = {
     "task-failure": "hudi",
     "executor-loss": "iceberg",
@@ -355,11 +358,13 @@ CI_FORMAT = {
 
 
 def _in_ci_subset(spec: DrillSpec) -> bool:
-    return spec.scenario == "kill" or CI_FORMAT[spec.scenario] == spec.table_format
+    if spec.scenario == "kill":
+        return spec.table_format in CI_KILL_FORMATS
+    return CI_FORMAT[spec.scenario] == spec.table_format
 
 
 @pytest.mark.drill
-@pytest.mark.timeout(3600)  # ≈ 20 min on a quiet 2-core host
+@pytest.mark.timeout(3600)  # ≈ 20 min on a quiet 2-core host, 29 on a busy one
 def test_full_drill_matrix(tmp_path: Path) -> None:
     # INGEST_DRILL_OUT keeps report.json and timeline.png
     out = Path(os.environ.get("INGEST_DRILL_OUT") or tmp_path)
@@ -377,7 +382,7 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
         sorted(CI_FORMAT.items())
     )
     kills = {d["table_format"]: d for d in ran if d["scenario"] == "kill"}
-    assert set(kills) == {"iceberg", "hudi", "both"}
+    assert set(kills) == set(CI_KILL_FORMATS)
     # kill and zombie drills ran with background compaction, and it committed
     assert all(d["compactions"] for d in ran if d["scenario"] in ("kill", "zombie"))
     for d in kills.values():

@@ -383,8 +383,8 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     )
     kills = {d["table_format"]: d for d in ran if d["scenario"] == "kill"}
     assert set(kills) == set(CI_KILL_FORMATS)
-    # kill and zombie drills ran with background compaction, and it committed
-    assert all(d["compactions"] for d in ran if d["scenario"] in ("kill", "zombie"))
+    # kill, zombie and standby drills ran with background compaction, and it committed
+    assert all(d["compactions"] for d in ran if d["scenario"] in ("kill", "zombie", "standby"))
     for d in kills.values():
         assert d["faults"] >= CI_KILLS and d["restarts"] >= CI_KILLS
         kinds = {e["detail"] for e in d["events"] if e["kind"] == "kill"}

@@ -213,6 +213,50 @@ def test_recreated_topic_stops_with_a_clear_error(
         run_stream(spark, opts, tmp_path / "ckpt")
 
 
+def test_topic_recreated_under_a_running_query_stops_it_reading_nothing_new(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """A running query (1 s trigger) whose topic is deleted and re-created with more
+    records than it had: the next trigger stops the query -- re-created (its id changed) or,
+    when a trigger falls between the delete and the create, vanished -- and not one record
+    of the new topic is read."""
+    topic = kafka_broker.new_topic("recreate-live", 1)
+    first = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=11))
+    out = Collected()
+    q = (
+        spark.readStream.format("ingest_kafka")
+        .options(**source_options(kafka_broker, topics=topic))
+        .load()
+        .writeStream.foreachBatch(out)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while len(out.coords) < 300:
+            assert time.monotonic() < deadline and q.isActive, "first records not read"
+            time.sleep(0.2)
+        kafka_broker.own().delete_topic(topic)
+        kafka_broker.create_topic(topic, 1)
+        produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=12))
+        try:
+            q.awaitTermination(60)  # raises the query's error once it stopped with one
+        except Exception as e:  # pyspark's StreamingQueryException
+            message = str(e)
+        else:
+            message = str(q.exception())
+        assert not q.isActive, "the query kept running on the re-created topic"
+        assert (
+            f"[ingest:topic-recreated] topic {topic} was deleted and re-created" in message
+            or f"[ingest:partition-state] topic {topic!r} does not exist" in message
+        ), message[:500]
+    finally:
+        if q.isActive:
+            q.stop()
+    assert_read_once_each(out.coords, expected_coords(first))
+
+
 def test_aborted_transactions_never_appear(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

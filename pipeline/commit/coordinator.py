@@ -199,10 +199,10 @@ class Coordinator:
         )
         if staged.dropped:
             log.warning(
-                "batch %d: %d records at already-committed offsets dropped (%s)",
+                "batch %d: %d records at already-committed offsets dropped%s",
                 batch_id,
                 staged.dropped,
-                lapped,
+                f" ({lapped})" if lapped else "",
             )
         return outcome
 

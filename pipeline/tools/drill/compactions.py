@@ -1,8 +1,8 @@
-"""Maintenance during drills: the background compaction the SIGKILL and zombie drills run
-with (and the background orphan cleanup they and the standby drill run with), and the
-compaction commits a drill observed in its tables.
+"""Maintenance during drills: the background compaction and orphan cleanup the SIGKILL,
+zombie and standby drills run with, and the compaction commits a drill observed in its
+tables.
 
-The ``kill`` and ``zombie`` drills run every driver with ``maintenance.compaction`` on
+The ``kill``, ``zombie`` and ``standby`` drills run every driver with ``maintenance.compaction`` on
 (:data:`DRILL_COMPACTION`: every 5 s, 4 small files per partition, 1 MiB target), so
 compaction commits race ingest commits, fences and SIGKILLs (the kill drill's
 ``compaction-after-write`` / ``compaction-after-commit`` fault points). The rig samples
@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-#: ``maintenance.compaction`` of the kill and zombie drills: a drill's batches (100-300
+#: ``maintenance.compaction`` of the kill, zombie and standby drills: a drill's batches (100-300
 #: records/s, 1 s trigger, 8 partitions) write ~8 small files a second, so a compaction
 #: has work at every run; a 1 MiB target keeps each rewrite small on a 2-core host.
 DRILL_COMPACTION: dict[str, Any] = {
@@ -28,7 +28,7 @@ DRILL_COMPACTION: dict[str, Any] = {
     "minInputFiles": 4,
     "targetFileSizeBytes": 1 << 20,
 }
-COMPACTION_SCENARIOS = frozenset({"kill", "zombie"})
+COMPACTION_SCENARIOS = frozenset({"kill", "zombie", "standby"})
 #: ``maintenance.orphans`` of the kill, zombie and standby drills: orphan cleanup beside
 #: live ingest, compaction and SIGKILLs, with a safety interval short enough that killed
 #: batches' files and compacted-away files are swept during the drill -- while every

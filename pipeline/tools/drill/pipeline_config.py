@@ -1,9 +1,8 @@
 """The pipeline config a drill runs (``drill_config``): a 1 s processing-time trigger,
 metrics on a free port, Spark ``local[2,4]`` or a standalone cluster's master
-(``cluster_spark``), tables on local files or an S3 server, and background compaction for
-the kill and zombie drills (``compactions.DRILL_COMPACTION``), background orphan cleanup
-with a short safety interval for the kill, zombie and standby drills
-(``compactions.DRILL_ORPHANS``)."""
+(``cluster_spark``), tables on local files or an S3 server, and background compaction
+(``compactions.DRILL_COMPACTION``) and orphan cleanup with a short safety interval
+(``compactions.DRILL_ORPHANS``) for the kill, zombie and standby drills."""
 
 from __future__ import annotations
 
@@ -28,9 +27,9 @@ def drill_config(
 ) -> dict[str, Any]:
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
     ``master``: a standalone cluster's URL (else local[2,4]); ``s3``: tables in a new
-    bucket of that server. The kill and zombie drills run with background compaction
-    (:data:`compactions.DRILL_COMPACTION`); they and the standby drill with background
-    orphan cleanup (:data:`compactions.DRILL_ORPHANS`)."""
+    bucket of that server. The kill, zombie and standby drills run with background
+    compaction (:data:`compactions.DRILL_COMPACTION`) and background orphan cleanup
+    (:data:`compactions.DRILL_ORPHANS`)."""
     from pipeline.tools.generator import event_schema_fields
 
     sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}

@@ -204,7 +204,7 @@ def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path
             spec = DrillSpec(name, fmt)  # type: ignore[arg-type]
             cfg = parse_config(drill_config(spec, tmp_path, "localhost:9092", "t", None))
             c = cfg.maintenance.compaction
-            if name in ("kill", "zombie"):
+            if name in ("kill", "zombie", "standby"):
                 assert (c.enabled, c.interval, c.min_input_files) == (True, 5.0, 4)
                 assert c.target_file_size_bytes == 1 << 20
             else:

@@ -6,7 +6,7 @@ their own), with ``DrillSpec.storage`` "s3" a SeaweedFS server.
 
 It samples the table's committed offsets every ``SAMPLE_S`` seconds; the first increase
 after a (re)start closes that start's ``Recovery`` (time to recover = start → first new
-commit). With background compaction on (the kill and zombie drills:
+commit). With background compaction on (the kill, zombie and standby drills:
 ``compactions.DRILL_COMPACTION``) it also collects the tables' compaction commits every
 ``compactions.SAMPLE_S`` seconds. The final count is verdict.py's.
 """

@@ -282,8 +282,7 @@ class KafkaMetadata:
                 out[TopicPartition(ktp.topic, ktp.partition)] = offset
             return out
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if isinstance(err, KafkaError) and err.code() in _UNKNOWN_TOPIC:
+            if _unknown_topic(e):
                 raise PartitionStateError(f"listing offsets failed: {_kerr(e)}") from None
             raise BrokerUnavailableError(
                 f"cannot list offsets on {self.bootstrap_servers}: {_kerr(e)}"
@@ -317,8 +316,7 @@ class KafkaMetadata:
             try:
                 out[name] = str(fut.result(timeout=self._timeout).topic_id)
             except KafkaException as e:
-                err = e.args[0] if e.args else None
-                if isinstance(err, KafkaError) and err.code() in _UNKNOWN_TOPIC:
+                if _unknown_topic(e):
                     continue
                 raise BrokerUnavailableError(
                     f"cannot describe topic {name} on {self.bootstrap_servers}: {_kerr(e)}"
@@ -333,6 +331,11 @@ class KafkaMetadata:
 
 def new_consumer(conf: Mapping[str, Any]) -> Consumer:
     return Consumer(dict(conf))
+
+
+def _unknown_topic(e: KafkaException) -> bool:
+    err = e.args[0] if e.args else None
+    return isinstance(err, KafkaError) and err.code() in _UNKNOWN_TOPIC
 
 
 def _kerr(e: KafkaException) -> str:

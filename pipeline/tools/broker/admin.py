@@ -103,8 +103,22 @@ def elect_unclean(admin: AdminClient, topic: str, partition: int) -> None:
     """Let an out-of-sync replica lead ``topic``/``partition`` (it may lack records the old
     leader had: the log is truncated to what it holds)."""
     tp = KTopicPartition(topic, partition)
-    # no request_timeout: confluent-kafka 2.16's elect_leaders raises SystemError with it
-    _result(admin.elect_leaders(ElectionType.UNCLEAN, [tp]))
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while True:
+        # no request_timeout: confluent-kafka 2.16's elect_leaders raises SystemError with it.
+        # The answer is per partition: a replica restarted a moment ago may not be eligible
+        # yet (the election then fails for this partition only), so retry until it leads.
+        errors = _result(admin.elect_leaders(ElectionType.UNCLEAN, [tp]))
+        error = next(iter(errors.values()), None) if errors else None
+        md = admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+        if md.topics[topic].partitions[partition].leader >= 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"unclean election of {topic}[{partition}] gave no leader within "
+                f"{ADMIN_TIMEOUT_S:.0f}s: {error}"
+            )
+        time.sleep(0.5)
 
 
 def _await_topic(admin: AdminClient, topic: str, done: Callable[[Any], bool]) -> None:

@@ -47,7 +47,7 @@ def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
     """What can be refused without the network, before anything is created or an epoch
     taken: the declared column types, every local path the run writes, a local checkpoint
     location (created, written, removed). The CLI runs it before the broker check."""
-    from pipeline.formats.columns import FieldSpec, table_columns
+    from pipeline.columns import FieldSpec, table_columns
     from pipeline.formats.registry import table_format
     from pipeline.preflight import check_paths
 

@@ -79,7 +79,8 @@ def masked_settings(settings: Mapping[str, str]) -> dict[str, str]:
 
 class FieldConfig(_Model):
     name: str = Field(min_length=1)
-    type: str
+    # a primitive's name, or a mapping for a nested type (pipeline.columns.parse_type)
+    type: str | dict[str, Any]
     required: bool = False
     doc: str | None = None
 

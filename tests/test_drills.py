@@ -339,20 +339,22 @@ def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
 
 # The CI subset of `ingest drill --matrix full` (whose committed report, docs/drills.md, runs
 # every scenario on both formats with 20 SIGKILLs): the SIGKILL drill on Iceberg and Hudi
-# with 9 kills (every named fault point), and every other scenario once, on the format
-# given here, alternating so each format meets half of them (the 60-minute CI budget; the
-# other half, and the both format's kill drill, are in the committed report; CI's slow
-# stage crashes the both format between its two table commits).
+# with 9 kills (every named fault point), and the other driver, executor and catalog
+# scenarios once, on the format given here, alternating so each format meets half of them
+# (the 60-minute CI budget; the other half, the both format's kill drill and the broker
+# drills are in the committed report). Broker faults in CI: the slow stage's real-broker
+# tests (tests/test_outages.py: leaders SIGKILLed mid-batch and mid-commit, a paused
+# leader, every broker down past and within the deadline, an unclean election, retention
+# overtaking a stopped driver); CI's slow stage also crashes the both format between its
+# two table commits.
 CI_KILLS = 9
 CI_KILL_FORMATS = ("iceberg", "hudi")
 CI_FORMAT = {
     "task-failure": "hudi",
     "executor-loss": "iceberg",
-    "broker-outage": "hudi",
     "zombie": "hudi",  # on S3: Hudi's commit slots fence the zombie
     "standby": "iceberg",
     "checkpoint-deleted": "iceberg",
-    "retention": "hudi",
     "catalog-outage": "iceberg",  # Iceberg only: a Hudi table has no catalog
 }
 
@@ -360,7 +362,7 @@ CI_FORMAT = {
 def _in_ci_subset(spec: DrillSpec) -> bool:
     if spec.scenario == "kill":
         return spec.table_format in CI_KILL_FORMATS
-    return CI_FORMAT[spec.scenario] == spec.table_format
+    return CI_FORMAT.get(spec.scenario) == spec.table_format
 
 
 @pytest.mark.drill
@@ -400,11 +402,5 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     (loss,) = [d for d in ran if d["scenario"] == "executor-loss"]
     assert loss["faults"] == 2 and len(loss["recover_s"]) == 2  # each kill recovered
     assert [e["kind"] for e in loss["events"]].count("start") == 1  # driver never restarted
-    # real broker faults: a leader SIGKILLed, leaders moved by an election, a leader
-    # SIGSTOPped, every node SIGKILLed; the retention drill's 40 records counted as lost
-    (outage,) = [d for d in ran if d["scenario"] == "broker-outage"]
-    kinds = {e["kind"] for e in outage["events"]}
-    assert {"broker-kill", "leader-change", "broker-pause", "broker-down"} <= kinds, kinds
-    assert [d["lost"] for d in ran if d["scenario"] == "retention"] == [40]
     # time to recover is reported for every scenario that ran
     assert all(d["recover_s"] for d in ran), [d["scenario"] for d in ran if not d["recover_s"]]

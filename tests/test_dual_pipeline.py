@@ -85,7 +85,9 @@ def test_one_query_two_tables_exactly_once(
 
 
 @pytest.mark.slow  # 77 s in the default suite; CI runs it in its slow stage
-@pytest.mark.parametrize("replay", ["same-checkpoint", "checkpoint-lost"])
+@pytest.mark.parametrize(
+    "replay", [pytest.param("same-checkpoint", marks=pytest.mark.extended), "checkpoint-lost"]
+)
 def test_crash_between_the_two_table_commits(
     kafka_broker: KafkaTestBroker, tmp_path: Path, replay: str
 ) -> None:

@@ -214,7 +214,8 @@ def test_sigterm_mid_batch_and_idle_hudi(kafka_broker: KafkaTestBroker, tmp_path
 @pytest.mark.parametrize(
     # Hudi: `pytest -m extended` (the stop path is format-blind up to the commit, which
     # test_sigterm_mid_batch_and_idle_hudi covers; CI's 60-minute budget)
-    "fmt", ["iceberg", pytest.param("hudi", marks=pytest.mark.extended)]
+    "fmt",
+    ["iceberg", pytest.param("hudi", marks=pytest.mark.extended)],
 )
 def test_stop_cut_short_then_second_signal_then_resume(
     kafka_broker: KafkaTestBroker, tmp_path: Path, fmt: str
@@ -380,9 +381,9 @@ def _prefix(want: Counter[tuple[str, int, int]], end: Any) -> Counter[tuple[str,
         pytest.param("after-requested", marks=pytest.mark.extended),
         pytest.param("after-write", marks=pytest.mark.extended),
         pytest.param("after-precommit", marks=pytest.mark.extended),
-        # the table committed, the journal not (CI's slow stage; the default suite stops
+        # the table committed, the journal not (not in CI either; the default suite stops
         # a pipeline mid-batch and idle in test_sigterm_mid_batch_and_idle_iceberg)
-        pytest.param("after-commit", marks=pytest.mark.slow),
+        pytest.param("after-commit", marks=[pytest.mark.slow, pytest.mark.extended]),
     ],
 )
 def test_sigterm_in_every_phase_of_a_batch_iceberg(

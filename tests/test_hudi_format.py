@@ -28,6 +28,7 @@ import pyarrow as pa
 import pytest
 from support.drivers import arrow_coords, hudi_base_files, hudi_completed_commits, hudi_coords
 
+from pipeline.columns import FieldSpec, dead_letter_columns, table_columns
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.faults import FaultInjected, FaultPoints
@@ -37,7 +38,6 @@ from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import StagedBatch
 from pipeline.config import parse_config
 from pipeline.errors import CommitError, ConfigError, FencedError
-from pipeline.formats.columns import FieldSpec, dead_letter_columns, table_columns
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.layout import BASE_FILE, PARTITION_METADATA
@@ -554,7 +554,7 @@ import sys, time
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
-from pipeline.formats.columns import FieldSpec, table_columns
+from pipeline.columns import FieldSpec, table_columns
 fields = [FieldSpec(*f) for f in {fields!r}]
 spec = HudiTableSpec.build({base!r}, "db", "events", table_columns(fields), (), ("country",))
 c = HudiCommitter(HudiTable(spec))

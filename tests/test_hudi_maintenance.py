@@ -449,7 +449,7 @@ def test_orphan_cleanup_and_compaction_on_s3(s3_server: Any) -> None:
 def test_pipeline_tables_give_main_then_dead_letter_maintenance(tmp_path: Path) -> None:
     from test_hudi_format import _config
 
-    from pipeline.formats.columns import dead_letter_columns
+    from pipeline.columns import dead_letter_columns
     from pipeline.formats.hudi.schema import HudiTableSpec
 
     sinks = HudiTables.open(_config(tmp_path))

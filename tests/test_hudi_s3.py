@@ -22,10 +22,10 @@ from support.drivers import arrow_coords, pipeline_config, produced
 from support.s3_fixtures import S3Server
 
 from pipeline.app import Pipeline
+from pipeline.columns import table_columns
 from pipeline.commit.instant import BatchIdentity, InstantState, next_instant_time
 from pipeline.config import parse_config
 from pipeline.errors import FencedError
-from pipeline.formats.columns import table_columns
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec

@@ -52,10 +52,10 @@ from pyiceberg.types import (
 )
 from support.pg_fixtures import require_postgres_uri
 
+from pipeline.columns import spark_ddl, table_columns
 from pipeline.commit.checkpoint import COMMITTED_OFFSETS_KEY, PIPELINE_ID_KEY, CommitCheckpoint
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import CommitError, ConfigError, FencedError, find_pipeline_error
-from pipeline.formats.columns import spark_ddl, table_columns
 from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.partition_values import transform_array
 from pipeline.formats.iceberg.schema import (

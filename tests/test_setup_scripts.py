@@ -34,7 +34,11 @@ def test_postgres_script_returns_when_it_starts_the_server() -> None:
                 subprocess.run(["pg_ctlcluster", version, CLUSTER, "stop"], check=True)
             done = subprocess.run(
                 ["bash", "-c", 'uri="$(bash scripts/postgres.sh)"; echo "$uri"'],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             assert done.returncode == 0, (attempt, done.stderr)
             assert done.stdout.strip() == f"postgresql://postgres@127.0.0.1:{PORT}/test", attempt

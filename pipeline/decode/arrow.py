@@ -12,16 +12,19 @@ How
     (e.g. a number for a string field), so a block that fails is bisected; the few records
     left over go to the slow path. Timestamp strings in the canonical ISO-8601 shape are
     converted vectorised; any other shape goes to the slow path too.
-  * Slow path (rare records): ``json.loads`` and per-type rules that follow Spark's
-    ``from_json`` (PERMISSIVE): numbers as strings keep their JSON text, a value of the
-    wrong type makes the whole record malformed, non-numeric ``NaN``/``Infinity`` are
-    accepted for floating point, decimals are rounded half-up to the scale, timestamps are
-    ISO-8601 strings or epoch seconds.
+    Nested columns (``struct``, ``list``) are parsed the same way; their timestamps and
+    dates are converted level by level, and a row missing a required nested value is left
+    to the slow path, which names it.
+  * Slow path (rare records, and every record of a schema with a ``map`` column, which
+    pyarrow's JSON reader cannot parse): :class:`pipeline.decode.json_values.RecordParser`,
+    rules that follow Spark's ``from_json`` (PERMISSIVE).
 
 Invariants
   * One output row per input row, in input order; every input row's coordinates survive.
   * A row has a non-null ``_error`` iff Spark's decoder would give it one; the error
-    precedence is the same (null value, over-size, malformed, first missing required).
+    precedence is the same (null value, over-size, malformed, first missing required),
+    and so is the text (the ``generic`` one of :class:`~pipeline.decode.json_values.Problem`;
+    the task names the exact path afterwards for both engines: ``refine_errors``).
   * Known differences from Spark's parser (documented in README): single-quoted JSON,
     trailing text after the object and exotic date-time formats accepted by Spark's
     lenient fallback parser are dead-lettered as malformed here; naive timestamps are read
@@ -30,35 +33,24 @@ Invariants
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime as dt
-import decimal
-import json
-import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from pipeline.columns import Column, ColumnType, Decimal, ListOf, MapOf, Primitive, StructOf
 from pipeline.config import DecodeConfig
-from pipeline.decode.spark import ERROR_COL, KAFKA_COLS
+from pipeline.decode.json_values import MALFORMED, RecordParser, required_message
+from pipeline.decode.spark import ERROR_COL, KAFKA_COLS, decoded_columns
 
-MALFORMED = "malformed JSON or a value of the wrong type"
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-_DECIMAL = re.compile(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 # canonical ISO-8601 date-time: the shape converted vectorised
 _ISO_TS = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})?$"
 _ISO_TS_ZONED = r"(Z|[+-]\d{2}:\d{2})$"
-# what the slow path accepts (Spark's lenient parser accepts more; see module docstring)
-_TS = re.compile(
-    r"^\s*(\d{4})-(\d{1,2})-(\d{1,2})(?:[T ](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?"
-    r"\s*(Z|UTC|[+-]\d{1,2}(?::?\d{2})?)?\s*$"
-)
 _BLOCK_MIN = 64  # below this many rows a failing block is decoded row by row
 
 
@@ -83,27 +75,54 @@ def _any_line_break(values: pa.Array) -> bool:
     return b"\n" in chunk or b"\r" in chunk
 
 
-def arrow_type(type_name: str) -> pa.DataType:
-    """Arrow type of a configured field type (the types ``iceberg.schema`` allows)."""
-    t = type_name.strip().lower()
-    simple: dict[str, pa.DataType] = {
-        "boolean": pa.bool_(),
-        "int": pa.int32(),
-        "long": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "string": pa.string(),
-        "uuid": pa.string(),
-        "binary": pa.binary(),
-        "date": pa.date32(),
-        "timestamp": pa.timestamp("us"),
-        "timestamptz": pa.timestamp("us", tz="UTC"),
-    }
-    if t in simple:
-        return simple[t]
-    if m := _DECIMAL.fullmatch(t):
-        return pa.decimal128(int(m.group(1)), int(m.group(2)))
-    raise ValueError(f"type {type_name!r} is not supported by decode.engine arrow")
+_PRIMITIVE_TYPES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us"),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(t: ColumnType) -> pa.DataType:
+    """Arrow type of a decoded column (what Spark's ``from_json`` gives, as Arrow)."""
+    if isinstance(t, Primitive):
+        return _PRIMITIVE_TYPES[t.name]
+    if isinstance(t, Decimal):
+        return pa.decimal128(t.precision, t.scale)
+    if isinstance(t, ListOf):
+        return pa.list_(arrow_type(t.element))
+    if isinstance(t, MapOf):
+        return pa.map_(pa.string(), arrow_type(t.value))
+    return pa.struct([pa.field(c.name, arrow_type(c.type)) for c in t.fields])
+
+
+def _has_map(t: ColumnType) -> bool:
+    if isinstance(t, MapOf):
+        return True
+    if isinstance(t, ListOf):
+        return _has_map(t.element)
+    return isinstance(t, StructOf) and any(_has_map(c.type) for c in t.fields)
+
+
+def _fast_type(t: ColumnType) -> pa.DataType:
+    """What pyarrow's JSON reader is asked for: dates and timestamps as strings (only the
+    canonical shape is converted vectorised), binary as int8 (base64 fails on purpose, so
+    the row takes the slow path)."""
+    if isinstance(t, Primitive) and t.name in ("date", "timestamp", "timestamptz"):
+        return pa.string()
+    if isinstance(t, Primitive) and t.name == "binary":
+        return pa.int8()
+    if isinstance(t, ListOf):
+        return pa.list_(_fast_type(t.element))
+    if isinstance(t, StructOf):
+        return pa.struct([pa.field(c.name, _fast_type(c.type)) for c in t.fields])
+    return arrow_type(t)
 
 
 @dataclass(frozen=True)
@@ -113,9 +132,18 @@ class ArrowDecoder:
     cfg: DecodeConfig
     include_headers: bool
 
-    @property
-    def fields(self) -> list[tuple[str, pa.DataType, bool]]:
-        return [(f.name, arrow_type(f.type), f.required) for f in self.cfg.schema_]
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:
+        return decoded_columns(self.cfg)
+
+    @cached_property
+    def parser(self) -> RecordParser:
+        return RecordParser(self.columns)
+
+    @cached_property
+    def fast(self) -> bool:
+        """Whether the vectorised parser can take this schema (not with a map column)."""
+        return not any(_has_map(c.type) for c in self.columns)
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
@@ -140,8 +168,9 @@ class ArrowDecoder:
             return self._assemble(raw, raw_names, coords, error, too_big, key, value, headers)
 
         data, error = self._decode_json(value, too_big, big_msg)
-        names = [f[0] for f in self.fields]
+        names = [c.name for c in self.columns]
         bad = pc.is_valid(error)
+        error = refine_errors(error, value, self.parser)
         return self._assemble(data, names, coords, error, bad, key, value, headers)
 
     def _assemble(
@@ -167,14 +196,15 @@ class ArrowDecoder:
         self, value: pa.Array, too_big: pa.Array, big_msg: str
     ) -> tuple[list[pa.Array], pa.Array]:
         n = len(value)
-        fields = self.fields
         # candidates for the vectorised parser: one object per line, nothing else
         candidate = pc.and_(
             pc.and_(pc.is_valid(value), pc.invert(too_big)),
             pc.and_(pc.starts_with(value, b"{"), pc.ends_with(value, b"}")),
         )
         candidate = pc.fill_null(candidate, False)
-        if _any_line_break(value):  # rare: only then find the rows (a per-row scan costs
+        if not self.fast:
+            candidate = pa.array(np.zeros(n, dtype=bool))
+        elif _any_line_break(value):  # rare: only then find the rows (a per-row scan costs
             # as much as the JSON parse at ~1.2 KB; one pass over the buffer a twentieth)
             breaks = pc.or_(pc.match_substring(value, "\n"), pc.match_substring(value, "\r"))
             candidate = pc.and_(candidate, pc.invert(pc.fill_null(breaks, False)))
@@ -189,9 +219,9 @@ class ArrowDecoder:
         order = pa.concat_arrays([fast_rows.column("__row").combine_chunks(), slow_all])
         perm = pc.sort_indices(order)
         data = []
-        for i, (name, typ, _) in enumerate(fields):
-            fast_col = fast_rows.column(name).combine_chunks()
-            col = pa.concat_arrays([fast_col.cast(typ), slow[i]])
+        for i, c in enumerate(self.columns):
+            fast_col = fast_rows.column(c.name).combine_chunks()
+            col = pa.concat_arrays([fast_col, slow[i]])
             data.append(pc.take(col, perm))
         err_fast = self._required_errors(fast_rows, len(fast_rows))
         error = pc.take(pa.concat_arrays([err_fast, slow[-1]]), perm)
@@ -200,11 +230,10 @@ class ArrowDecoder:
 
     def _required_errors(self, rows: pa.Table, n: int) -> pa.Array:
         error: pa.Array = pa.nulls(n, type=pa.string())
-        for name, _, required in reversed(self.fields):
-            if required:
-                missing = pc.is_null(rows.column(name).combine_chunks())
-                msg = pa.scalar(f"required field {name!r} is missing or null")
-                error = pc.if_else(missing, msg, error)
+        for c in reversed(self.columns):
+            if c.required:
+                missing = pc.is_null(rows.column(c.name).combine_chunks())
+                error = pc.if_else(missing, pa.scalar(required_message(c.name)), error)
         return error
 
     def _parse_fast(self, values: pa.Array, rows: pa.Array) -> tuple[pa.Table, pa.Array]:
@@ -219,7 +248,7 @@ class ArrowDecoder:
             part, part_rows = values.slice(lo, hi - lo), rows.slice(lo, hi - lo)
             table = self._parse_block(part)
             if table is not None:
-                table, odd = self._convert_timestamps(table)
+                table, odd = self._finish_block(table)
                 if odd is not None:
                     leftover.append(pc.filter(part_rows, odd))
                     table = table.filter(pc.invert(odd))
@@ -230,8 +259,8 @@ class ArrowDecoder:
             else:
                 mid = (lo + hi) // 2
                 stack += [(mid, hi), (lo, mid)]
-        schema = pa.schema([*self._fast_schema(converted=True), ("__row", pa.uint64())])
-        out = pa.concat_tables(parsed).cast(schema) if parsed else schema.empty_table()
+        schema = pa.schema([*self._schema(), ("__row", pa.uint64())])
+        out = pa.concat_tables(parsed) if parsed else schema.empty_table()
         left = (
             pa.concat_arrays([a.cast(pa.uint64()) for a in leftover])
             if leftover
@@ -239,16 +268,11 @@ class ArrowDecoder:
         )
         return out, left
 
-    def _fast_schema(self, converted: bool = False) -> pa.Schema:
-        out = []
-        for name, typ, _ in self.fields:
-            is_ts = pa.types.is_timestamp(typ) or pa.types.is_date(typ)
-            if is_ts and not converted:
-                typ = pa.string()  # parsed below: only the canonical shape is vectorised
-            if pa.types.is_binary(typ) and not converted:
-                typ = pa.int8()  # base64 strings fail here on purpose -> slow path
-            out.append(pa.field(name, typ))
-        return pa.schema(out)
+    def _schema(self) -> pa.Schema:
+        return pa.schema([(c.name, arrow_type(c.type)) for c in self.columns])
+
+    def _fast_schema(self) -> pa.Schema:
+        return pa.schema([(c.name, _fast_type(c.type)) for c in self.columns])
 
     def _parse_block(self, values: pa.Array) -> pa.Table | None:
         joined = pc.binary_join_element_wise(values, pa.scalar(b""), pa.scalar(b"\n"))
@@ -268,230 +292,140 @@ class ArrowDecoder:
             return None
         return table
 
-    def _convert_timestamps(self, table: pa.Table) -> tuple[pa.Table, pa.Array | None]:
-        """Canonical ISO strings -> timestamps/dates; mask of rows needing the slow path."""
+    def _finish_block(self, table: pa.Table) -> tuple[pa.Table, pa.Array | None]:
+        """Parsed columns -> decoded columns; mask of rows needing the slow path (a date or
+        timestamp in another shape, a binary value, a required nested value missing)."""
         odd: pa.Array | None = None
-        for name, typ, _ in self.fields:
-            if not (pa.types.is_timestamp(typ) or pa.types.is_date(typ)):
-                continue
-            col = table.column(name).combine_chunks()
-            if pa.types.is_date(typ):
-                ok = pc.match_substring_regex(col, r"^\d{4}-\d{2}-\d{2}$")
-                zoned = None
-            else:
-                ok = pc.match_substring_regex(col, _ISO_TS)
-                zoned = pc.match_substring_regex(col, _ISO_TS_ZONED)
-                if typ.tz is None:  # TIMESTAMP_NTZ: a zone makes the value invalid
-                    ok = pc.and_(ok, pc.invert(zoned))
-            bad = pc.fill_null(pc.invert(ok), False)
-            odd = bad if odd is None else pc.or_(odd, bad)
-            clean = pc.if_else(bad, pa.scalar(None, pa.string()), col)
-            if pa.types.is_date(typ):
-                conv = clean.cast(pa.date32())
-            elif typ.tz is None:
-                conv = pc.replace_substring(clean, "T", " ").cast(typ)
-            else:
-                assert zoned is not None
-                naive = pc.if_else(pc.fill_null(zoned, False), pa.scalar(None, pa.string()), clean)
-                with_zone = pc.if_else(pc.fill_null(zoned, False), clean, None)
-                conv = pc.coalesce(
-                    with_zone.cast(typ),
-                    pc.replace_substring(naive, "T", " ").cast(pa.timestamp("us")).cast(typ),
-                )
-            table = table.set_column(table.schema.get_field_index(name), name, conv)
+        arrays = []
+        for c in self.columns:
+            col, bad = _finish(table.column(c.name).combine_chunks(), c.type)
+            arrays.append(col)
+            if bad is not None:
+                odd = bad if odd is None else pc.or_(odd, bad)
+        out = pa.Table.from_arrays(arrays, schema=self._schema())
         if odd is not None and not pc.any(odd).as_py():
             odd = None
-        return table, odd
+        return out, odd
 
     # -- slow path -----------------------------------------------------------------------
     def _decode_rows(
         self, values: list[bytes | None], too_big: list[bool | None], big_msg: str
     ) -> list[pa.Array]:
-        fields = self.fields
-        convs = [_converter(t) for _, t, _ in fields]
-        cols: list[list[Any]] = [[] for _ in fields]
+        cols: list[list[object]] = [[] for _ in self.columns]
         errors: list[str | None] = []
         for raw, big in zip(values, too_big, strict=True):
-            row: list[Any] | None = None
+            row: list[object] | None = None
             err: str | None = None
             if raw is None:
                 err = "null value"
             elif big:
                 err = big_msg
             else:
-                row, ok = _parse_row(raw, fields, convs)
-                if not ok or row is None:
-                    err = MALFORMED
-                else:
-                    for (name, _, required), v in zip(fields, row, strict=True):
-                        if required and v is None:
-                            err = f"required field {name!r} is missing or null"
-                            break
-            for i in range(len(fields)):
+                row, problem = self.parser.parse_record(raw)
+                err = problem.generic if problem is not None else None
+            for i in range(len(self.columns)):
                 cols[i].append(row[i] if row is not None else None)
             errors.append(err)
-        out = [pa.array(c, type=t) for c, (_, t, _) in zip(cols, fields, strict=True)]
+        out = [
+            pa.array(v, type=arrow_type(c.type)) for v, c in zip(cols, self.columns, strict=True)
+        ]
         out.append(pa.array(errors, type=pa.string()))
         return out
 
 
-class _Bad(Exception):
-    """A field value of the wrong type: the whole record is malformed (PERMISSIVE)."""
+def refine_errors(error: pa.Array, value: pa.Array, parser: RecordParser) -> pa.Array:
+    """``error`` with each generic reason (malformed, a required value missing) replaced by
+    the one naming the exact path (``items[3].price``): a Python parse of the bad records
+    only. Both engines' decoders give the generic reasons; the tasks refine them here."""
+    generic = pc.or_(pc.equal(error, MALFORMED), pc.starts_with(error, pattern="required field "))
+    rows = pc.indices_nonzero(pc.fill_null(generic, False)).to_pylist()
+    if not rows:
+        return error
+    fixed = error.to_pylist()
+    for i, raw in zip(rows, pc.take(value, pa.array(rows)).to_pylist(), strict=True):
+        fixed[i] = parser.explain(raw) or fixed[i]
+    return pa.array(fixed, pa.string())
 
 
-def _parse_row(
-    raw: bytes, fields: list[tuple[str, pa.DataType, bool]], convs: list[Callable[[Any], Any]]
-) -> tuple[list[Any] | None, bool]:
-    """(field values, well-formed). Like Spark's PERMISSIVE mode a field of the wrong type
-    becomes null while the others keep their values, and the record counts as malformed."""
-    try:
-        obj = json.loads(raw.decode("utf-8", errors="replace"), parse_float=decimal.Decimal)
-    except ValueError:
-        return None, False
-    if not isinstance(obj, dict):
-        return None, False
-    row: list[Any] = []
-    ok = True
-    for (name, _, _), conv in zip(fields, convs, strict=True):
-        try:
-            row.append(conv(obj.get(name)))
-        except (_Bad, ValueError, ArithmeticError, OverflowError):
-            row.append(None)
-            ok = False
-    return row, ok
+def refine_batch(batch: pa.RecordBatch, parser: RecordParser) -> pa.RecordBatch:
+    """A decoded batch (from either engine) with :func:`refine_errors` applied."""
+    i = batch.schema.get_field_index(ERROR_COL)
+    error = refine_errors(batch.column(i), batch.column("_raw_value"), parser)
+    return batch.set_column(i, ERROR_COL, error)
 
 
-_FLOAT_WORDS = {
-    "NaN": math.nan,
-    "+NaN": math.nan,
-    "-NaN": math.nan,
-    "Infinity": math.inf,
-    "+Infinity": math.inf,
-    "+INF": math.inf,
-    "-Infinity": -math.inf,
-    "-INF": -math.inf,
-}
+# -- the vectorised path's conversions, level by level ---------------------------------
+_ISO_DATE = r"^\d{4}-\d{2}-\d{2}$"
 
 
-def _converter(typ: pa.DataType) -> Callable[[Any], Any]:
-    def string(v: Any) -> Any:
-        if v is None or isinstance(v, str):
-            return v
-        return json.dumps(v, separators=(",", ":"), default=_json_number)
+def _finish(col: pa.Array, t: ColumnType) -> tuple[pa.Array, pa.Array | None]:
+    """(``col`` as parsed -> as decoded, mask of its elements needing the slow path)."""
+    if isinstance(t, StructOf):
+        return _finish_struct(col, t)
+    if isinstance(t, ListOf):
+        return _finish_list(col, t)
+    if isinstance(t, Primitive) and t.name == "binary":
+        # parsed as int8: any value there is not base64 text
+        return pa.nulls(len(col), pa.binary()), pc.fill_null(pc.is_valid(col), False)
+    if isinstance(t, Primitive) and t.name in ("date", "timestamp", "timestamptz"):
+        return _finish_time(col, arrow_type(t))
+    return col, None
 
-    def integer(bits: int) -> Callable[[Any], Any]:
-        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
-        def conv(v: Any) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise _Bad
-            return v
+def _finish_struct(col: pa.Array, t: StructOf) -> tuple[pa.Array, pa.Array | None]:
+    present = pc.is_valid(col)
+    odd: pa.Array | None = None
+    children, fields = [], []
+    for c, child in zip(t.fields, col.flatten(), strict=True):
+        done, bad = _finish(child, c.type)
+        if c.required:  # present struct, missing value: the slow path names it
+            missing = pc.and_(present, pc.is_null(child))
+            bad = missing if bad is None else pc.or_(bad, missing)
+        if bad is not None:
+            odd = bad if odd is None else pc.or_(odd, bad)
+        children.append(done)
+        fields.append(pa.field(c.name, done.type))
+    out = pa.StructArray.from_arrays(children, fields=fields, mask=pc.invert(present))
+    return out, odd
 
-        return conv
 
-    def floating(v: Any) -> Any:
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            raise _Bad
-        if isinstance(v, int | float | decimal.Decimal):
-            return float(v)
-        if isinstance(v, str) and v in _FLOAT_WORDS:
-            return _FLOAT_WORDS[v]
-        raise _Bad
+def _finish_list(col: pa.Array, t: ListOf) -> tuple[pa.Array, pa.Array | None]:
+    values = col.flatten()
+    done, bad = _finish(values, t.element)
+    if t.element_required:
+        bad = pc.is_null(values) if bad is None else pc.or_(bad, pc.is_null(values))
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    out = pa.ListArray.from_arrays(pa.array(offsets), done, mask=pc.is_null(col))
+    if bad is None or not pc.any(bad).as_py():
+        return out, None
+    parents = pc.filter(pc.list_parent_indices(col), bad).to_numpy()
+    rows = np.zeros(len(col), dtype=bool)
+    rows[parents] = True
+    return out, pa.array(rows)
 
-    def boolean(v: Any) -> Any:
-        if v is None or isinstance(v, bool):
-            return v
-        raise _Bad
 
-    def dec(v: Any) -> Any:
-        if v is None:
-            return None
-        if isinstance(v, bool | float):
-            raise _Bad
-        d = decimal.Decimal(v) if isinstance(v, int | str) else v
-        if not isinstance(d, decimal.Decimal) or not d.is_finite():
-            raise _Bad
-        q = d.quantize(decimal.Decimal(1).scaleb(-typ.scale), rounding=decimal.ROUND_HALF_UP)
-        if len(q.as_tuple().digits) > typ.precision:
-            raise _Bad
-        return q
-
-    def binary(v: Any) -> Any:
-        if v is None:
-            return None
-        if not isinstance(v, str):
-            raise _Bad
-        try:
-            return base64.b64decode(v, validate=True)
-        except binascii.Error as e:
-            raise _Bad from e
-
-    def date(v: Any) -> Any:
-        if v is None:
-            return None
-        if not isinstance(v, str):
-            raise _Bad
-        m = _TS.match(v)
-        if m is None or m.group(4) is not None or m.group(8) is not None:
-            raise _Bad
-        return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-
-    def timestamp(v: Any) -> Any:
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            raise _Bad
-        if isinstance(v, int):  # epoch seconds
-            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=v)
-        if not isinstance(v, str):
-            raise _Bad
-        m = _TS.match(v)
-        if m is None:
-            raise _Bad
-        y, mo, d, h, mi, s, frac, zone = m.groups()
-        if zone is not None and typ.tz is None:
-            raise _Bad
-        micros = int((frac or "0")[:6].ljust(6, "0"))
-        ts = dt.datetime(
-            int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0), micros, dt.UTC
-        )
-        return ts - _offset(zone)
-
-    if pa.types.is_string(typ):
-        return string
-    if pa.types.is_int32(typ):
-        return integer(32)
-    if pa.types.is_int64(typ):
-        return integer(64)
-    if pa.types.is_floating(typ):
-        return floating
-    if pa.types.is_boolean(typ):
-        return boolean
-    if pa.types.is_decimal(typ):
-        return dec
-    if pa.types.is_binary(typ):
-        return binary
+def _finish_time(col: pa.Array, typ: pa.DataType) -> tuple[pa.Array, pa.Array]:
+    """Canonical ISO strings -> timestamps/dates; mask of values in another shape."""
     if pa.types.is_date(typ):
-        return date
-    if pa.types.is_timestamp(typ):
-        return timestamp
-    raise ValueError(f"no JSON conversion for {typ}")
-
-
-def _offset(zone: str | None) -> dt.timedelta:
-    if zone is None or zone in ("Z", "UTC"):
-        return dt.timedelta(0)
-    sign = -1 if zone[0] == "-" else 1
-    digits = zone[1:].replace(":", "")
-    hours, minutes = (digits, "0") if len(digits) <= 2 else (digits[:-2], digits[-2:])
-    return sign * dt.timedelta(hours=int(hours), minutes=int(minutes))
-
-
-def _json_number(v: Any) -> Any:
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    raise TypeError(f"not JSON: {type(v)}")
+        ok = pc.match_substring_regex(col, _ISO_DATE)
+        zoned = None
+    else:
+        ok = pc.match_substring_regex(col, _ISO_TS)
+        zoned = pc.match_substring_regex(col, _ISO_TS_ZONED)
+        if typ.tz is None:  # TIMESTAMP_NTZ: a zone makes the value invalid
+            ok = pc.and_(ok, pc.invert(zoned))
+    bad = pc.fill_null(pc.invert(ok), False)
+    clean = pc.if_else(bad, pa.scalar(None, pa.string()), col)
+    if pa.types.is_date(typ):
+        return clean.cast(pa.date32()), bad
+    if typ.tz is None:
+        return pc.replace_substring(clean, "T", " ").cast(typ), bad
+    assert zoned is not None
+    naive = pc.if_else(pc.fill_null(zoned, False), pa.scalar(None, pa.string()), clean)
+    with_zone = pc.if_else(pc.fill_null(zoned, False), clean, None)
+    conv = pc.coalesce(
+        with_zone.cast(typ),
+        pc.replace_substring(naive, "T", " ").cast(pa.timestamp("us")).cast(typ),
+    )
+    return conv, bad

@@ -10,14 +10,24 @@ do not travel to the writers twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pipeline import columns as cols
 from pipeline.config import DecodeConfig
+from pipeline.decode.json_values import MALFORMED, required_message
 
 ERROR_COL = "_error"
 CORRUPT_COL = "_corrupt_record"
 KAFKA_COLS = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
+
+
+def decoded_columns(cfg: DecodeConfig) -> tuple[cols.Column, ...]:
+    """The decoded (non-Kafka) columns of ``decode.schema``; ConfigError if it is invalid."""
+    fields = [cols.FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.schema_]
+    return cols.data_columns(cols.table_columns(fields))
 
 
 def _coordinates() -> list[Column]:
@@ -58,20 +68,19 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL},
     )
     staged = df.select("*", parsed.alias("_p"))
-    required = [f.name for f in cfg.schema_ if f.required]
+    columns = decoded_columns(cfg)
     error: Column = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(too_big, F.lit(f"record larger than {cfg.max_record_bytes} bytes"))
         .when(
             F.col(f"_p.{CORRUPT_COL}").isNotNull() | F.col("_p").isNull(),
-            F.lit("malformed JSON or a value of the wrong type"),
+            F.lit(MALFORMED),
         )
     )
-    for name in required:
-        error = error.when(
-            F.col(f"_p.`{name}`").isNull(), F.lit(f"required field {name!r} is missing or null")
-        )
-    data_cols = [F.col(f"_p.`{f.name}`").alias(f.name) for f in cfg.schema_]
+    # the first missing required value in schema order, as json_values.RecordParser says
+    for pattern, missing in _missing_checks(columns):
+        error = error.when(missing, F.lit(required_message(pattern)))
+    data_cols = [F.col(f"_p.`{c.name}`").alias(c.name) for c in columns]
     return staged.select(
         *data_cols,
         *_coordinates(),
@@ -80,3 +89,56 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
         F.when(error.isNotNull(), F.col("value")).alias("_raw_value"),
         F.when(error.isNotNull(), headers).alias("_raw_headers"),
     )
+
+
+Check = Callable[[Column], Column]
+
+
+def _present_but_missing(name: str) -> Check:
+    return lambda v: v.isNotNull() & v.getField(name).isNull()
+
+
+def _inside(name: str, check: Check) -> Check:
+    return lambda v: check(v.getField(name))
+
+
+def _any_item(is_list: bool, check: Check) -> Check:
+    """``check`` holds for some element of a list (or some value of a map)."""
+    return lambda v: F.exists(v if is_list else F.map_values(v), check)
+
+
+def _is_null(v: Column) -> Column:
+    return v.isNull()
+
+
+def _checks(t: cols.ColumnType, path: str) -> list[tuple[str, Check]]:
+    """(pattern, "a required value is missing" as a function of a value of type ``t``)
+    for every required place below ``t``, in ``required_paths`` order. A nested required
+    value counts as missing only where its parent is present (a null parent is false)."""
+    out: list[tuple[str, Check]] = []
+    if isinstance(t, cols.StructOf):
+        for c in t.fields:
+            at = f"{path}.{c.name}"
+            if c.required:
+                out.append((at, _present_but_missing(c.name)))
+            out += [(p, _inside(c.name, check)) for p, check in _checks(c.type, at)]
+    elif isinstance(t, cols.ListOf | cols.MapOf):
+        is_list = isinstance(t, cols.ListOf)
+        inner = t.element if isinstance(t, cols.ListOf) else t.value
+        needed = t.element_required if isinstance(t, cols.ListOf) else t.value_required
+        at = f"{path}[]" if is_list else f"{path}{{}}"
+        if needed:
+            out.append((at, _any_item(is_list, _is_null)))
+        out += [(p, _any_item(is_list, check)) for p, check in _checks(inner, at)]
+    return out
+
+
+def _missing_checks(columns: tuple[cols.Column, ...]) -> list[tuple[str, Column]]:
+    """(pattern, condition on the parsed row) per place a value is required."""
+    out: list[tuple[str, Column]] = []
+    for c in columns:
+        value = F.col(f"_p.`{c.name}`")
+        if c.required:
+            out.append((c.name, value.isNull()))
+        out += [(pattern, check(value)) for pattern, check in _checks(c.type, c.name)]
+    return out

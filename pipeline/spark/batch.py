@@ -19,7 +19,8 @@ from typing import Any
 from pipeline.commit.offsets import PartitionOffsets, pack_ranges, planned_ranges, split_ranges
 from pipeline.commit.types import StagedBatch
 from pipeline.config import DecodeConfig, SourceConfig
-from pipeline.decode.spark import decode
+from pipeline.decode.json_values import RecordParser
+from pipeline.decode.spark import decode, decoded_columns
 from pipeline.spark.writer import (
     RESULT_DDL,
     ReadPlan,
@@ -55,7 +56,8 @@ class BatchWriter:
         # Decoded here, not in the streaming query: a plan Spark re-analyses every batch
         # even when the arrow engine never runs it.
         decoded = decode(self.df, self.decode, self.data_ddl, self.source.include_headers)
-        rows = decoded.mapInArrow(make_task_function(plan), RESULT_DDL).collect()
+        parser = None if self.decode.raw else RecordParser(decoded_columns(self.decode))
+        rows = decoded.mapInArrow(make_task_function(plan, parser), RESULT_DDL).collect()
         return collect_staged(r.asDict() for r in rows)
 
     def _write_arrow(self, plan: TaskPlan, start: PartitionOffsets) -> StagedBatch:

@@ -18,6 +18,8 @@ import pyarrow.compute as pc
 
 from pipeline.commit.offsets import OffsetRange
 from pipeline.commit.types import PartitionStats, StagedBatch
+from pipeline.decode.arrow import refine_batch
+from pipeline.decode.json_values import RecordParser
 from pipeline.decode.spark import ERROR_COL
 from pipeline.spark.settle import settle
 
@@ -212,10 +214,15 @@ def _attempt(plan: TaskPlan) -> tuple[int, str | None]:
 
 
 def make_task_function(
-    plan: TaskPlan,
+    plan: TaskPlan, parser: RecordParser | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Task over the Spark decoder's output; ``parser``: the decoded columns' parser, which
+    names the exact path in a dead letter's reason (``refine_batch``)."""
+
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seed, armed = _attempt(plan)
+        if parser is not None:
+            batches = (refine_batch(b, parser) for b in batches)
         rows = run_task(plan, batches, seed, armed)
         settle()  # first task of this worker process: everything is imported by now
         yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)

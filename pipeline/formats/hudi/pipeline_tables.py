@@ -21,17 +21,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pipeline.commit.maintenance import TableMaintenance
-from pipeline.commit.offsets import PartitionOffsets
-from pipeline.config import PipelineConfig
-from pipeline.errors import ConfigError
-from pipeline.formats.columns import (
+from pipeline.columns import (
     FieldSpec,
     data_columns,
     dead_letter_columns,
     spark_ddl,
     table_columns,
 )
+from pipeline.commit.maintenance import TableMaintenance
+from pipeline.commit.offsets import PartitionOffsets
+from pipeline.config import PipelineConfig
+from pipeline.errors import ConfigError
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.compaction import HudiMaintenance
 from pipeline.formats.hudi.cow_table import HudiTable

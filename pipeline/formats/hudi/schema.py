@@ -4,7 +4,7 @@ the key generator, record keys and partition paths.
 Everything here is plain data or pure pyarrow, so the driver and Spark's Python workers
 compute the same names and values from the same :class:`HudiTableSpec`.
 
-* Columns come from the pipeline's format-neutral columns (:mod:`pipeline.formats.columns`:
+* Columns come from the pipeline's format-neutral columns (:mod:`pipeline.columns`:
   the same type names and Kafka columns as the Iceberg tables). Timestamps are written as
   microseconds, UTC-adjusted (``timestamp`` without zone too: its wall clock is stored as UTC), ints
   stay int32/int64, decimals are fixed-length byte arrays (pyarrow's default, minimal size).
@@ -33,8 +33,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.columns import (
+    Column,
+    ColumnType,
+    Decimal,
+    ListOf,
+    MapOf,
+    Primitive,
+    StructOf,
+)
 from pipeline.errors import ConfigError
-from pipeline.formats.columns import Column, ColumnType, Decimal, ListOf, Primitive, StructOf
 from pipeline.storage.s3_settings import S3Settings
 
 __all__ = [
@@ -163,6 +171,9 @@ def _arrow_type(t: ColumnType) -> pa.DataType:
         return pa.list_(
             pa.field("element", _arrow_type(t.element), nullable=not t.element_required)
         )
+    if isinstance(t, MapOf):
+        value = pa.field("value", _arrow_type(t.value), nullable=not t.value_required)
+        return pa.map_(pa.field("key", pa.string(), nullable=False), value)
     if isinstance(t, StructOf):
         return pa.struct([_arrow_field(f) for f in t.fields])
     raise ConfigError(f"type {t} cannot be written to a Hudi table")
@@ -190,6 +201,9 @@ def _avro_type(t: ColumnType, name: str, namespace: str) -> Any:
     if isinstance(t, ListOf):
         item = _avro_type(t.element, name, namespace)
         return {"type": "array", "items": item if t.element_required else ["null", item]}
+    if isinstance(t, MapOf):  # Avro map keys are strings, as JSON's are
+        value = _avro_type(t.value, name, namespace)
+        return {"type": "map", "values": value if t.value_required else ["null", value]}
     if isinstance(t, StructOf):
         return _avro_record(list(t.fields), name, namespace)
     raise ConfigError(f"type {t} cannot be written to a Hudi table")

@@ -13,19 +13,19 @@ from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.instant import BatchIdentity
-from pipeline.commit.journal import InstantTimeline
-from pipeline.commit.maintenance import TableMaintenance
-from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.config import PipelineConfig
-from pipeline.formats.columns import (
+from pipeline.columns import (
     FieldSpec,
     data_columns,
     dead_letter_columns,
     spark_ddl,
     table_columns,
 )
+from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.maintenance import TableMaintenance
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.config import PipelineConfig
 from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema

@@ -1,7 +1,7 @@
 """Table schemas for ingested topics, in Iceberg terms.
 
 The columns themselves (user fields, Kafka coordinates, dead-letter columns) are format
-neutral (:mod:`pipeline.formats.columns`); this module makes pyiceberg schemas of them.
+neutral (:mod:`pipeline.columns`); this module makes pyiceberg schemas of them.
 Everything here is pure pyiceberg/pyarrow so that the driver and Spark's Python workers
 build the very same schema (same field ids) from the same configuration.
 
@@ -44,6 +44,7 @@ from pyiceberg.types import (
     IntegerType,
     ListType,
     LongType,
+    MapType,
     NestedField,
     StringType,
     StructType,
@@ -51,9 +52,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from pipeline.errors import ConfigError
-from pipeline.formats import columns as cols
-from pipeline.formats.columns import (
+from pipeline import columns as cols
+from pipeline.columns import (
     HEADERS_TYPE_NAME,
     KAFKA_COLUMN_NAMES,
     KAFKA_COLUMNS,
@@ -61,6 +61,7 @@ from pipeline.formats.columns import (
     ColumnType,
     FieldSpec,
 )
+from pipeline.errors import ConfigError
 
 __all__ = [
     "HEADERS_TYPE_NAME",
@@ -100,6 +101,15 @@ def _iceberg_type(t: ColumnType, ids: itertools.count[int]) -> IcebergType:
             element=_iceberg_type(t.element, ids),
             element_required=t.element_required,
         )
+    if isinstance(t, cols.MapOf):
+        key_id = next(ids)
+        return MapType(
+            key_id=key_id,
+            key_type=StringType(),
+            value_id=next(ids),
+            value_type=_iceberg_type(t.value, ids),
+            value_required=t.value_required,
+        )
     return StructType(*[_field(c, ids) for c in t.fields])
 
 
@@ -108,9 +118,9 @@ def _field(c: Column, ids: itertools.count[int]) -> NestedField:
     return NestedField(field_id, c.name, _iceberg_type(c.type, ids), c.required, c.doc)
 
 
-def parse_type(type_name: str, field_name: str = "?") -> IcebergType:
-    """The Iceberg type for a configured type name; ConfigError naming the field otherwise."""
-    return _iceberg_type(cols.parse_type(type_name, field_name), itertools.count(1))
+def parse_type(spec: cols.TypeSpec, field_name: str = "?") -> IcebergType:
+    """The Iceberg type for a configured type; ConfigError naming the field otherwise."""
+    return _iceberg_type(cols.parse_type(spec, field_name), itertools.count(1))
 
 
 def iceberg_schema(columns: Iterable[Column]) -> Schema:

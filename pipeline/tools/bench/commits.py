@@ -36,10 +36,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.columns import HEADERS_TYPE_NAME  # noqa: F401  (documents the column)
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import StagedBatch
 from pipeline.decode.spark import ERROR_COL
-from pipeline.formats.columns import HEADERS_TYPE_NAME  # noqa: F401  (documents the column)
 from pipeline.formats.registry import table_format
 from pipeline.tools.bench import stats
 from pipeline.tools.bench.context import Context

@@ -6,8 +6,9 @@ field ids, :mod:`pipeline.formats.iceberg.schema`; Hudi: Arrow and Avro schemas,
 Plain data only: no pyiceberg, no pyarrow.
 
 * :class:`FieldSpec` is one configured column (``name``, Iceberg-style ``type`` name).
-* :func:`parse_type` turns a type name into a :data:`ColumnType` (:class:`Primitive`,
-  :class:`Decimal`, :class:`ListOf`, :class:`StructOf`).
+* :func:`parse_type` turns a configured type (a name, or a mapping for the nested types
+  ``struct``, ``list`` and ``map``) into a :data:`ColumnType` (:class:`Primitive`,
+  :class:`Decimal`, :class:`ListOf`, :class:`MapOf`, :class:`StructOf`).
 * :func:`table_columns` validates the configured fields and appends the Kafka coordinate
   columns (:data:`KAFKA_COLUMNS`); :func:`dead_letter_columns` is the dead-letter table.
 * :func:`spark_ddl` is the Spark DDL the decoder hands to ``from_json``.
@@ -16,8 +17,9 @@ Plain data only: no pyiceberg, no pyarrow.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.errors import ConfigError
 
@@ -31,8 +33,10 @@ __all__ = [
     "Decimal",
     "FieldSpec",
     "ListOf",
+    "MapOf",
     "Primitive",
     "StructOf",
+    "TypeSpec",
     "data_columns",
     "dead_letter_columns",
     "parse_type",
@@ -41,12 +45,18 @@ __all__ = [
 ]
 
 
+#: A configured type: a primitive's name (``"long"``, ``"decimal(9, 2)"``) or a mapping
+#: for a nested type (``{"type": "struct", "fields": [...]}``, ``{"type": "list",
+#: "element": ...}``, ``{"type": "map", "value": ...}``).
+TypeSpec = str | Mapping[str, Any]
+
+
 @dataclass(frozen=True)
 class FieldSpec:
-    """One configured column: ``name``, Iceberg type name, nullability, documentation."""
+    """One configured column: ``name``, type (:data:`TypeSpec`), nullability, documentation."""
 
     name: str
-    type: str
+    type: TypeSpec
     required: bool = False
     doc: str | None = None
 
@@ -81,6 +91,17 @@ class ListOf:
 
 
 @dataclass(frozen=True)
+class MapOf:
+    """A JSON object with free keys: the keys are strings (JSON has no other)."""
+
+    value: ColumnType
+    value_required: bool
+
+    def __str__(self) -> str:
+        return f"map<string, {self.value}>"
+
+
+@dataclass(frozen=True)
 class StructOf:
     fields: tuple[Column, ...]
 
@@ -88,7 +109,7 @@ class StructOf:
         return "struct<" + ", ".join(f"{f.name}: {f.type}" for f in self.fields) + ">"
 
 
-ColumnType = Primitive | Decimal | ListOf | StructOf
+ColumnType = Primitive | Decimal | ListOf | MapOf | StructOf
 
 
 @dataclass(frozen=True)
@@ -134,23 +155,106 @@ ALLOWED_TYPES: tuple[str, ...] = (*_PRIMITIVES, "decimal(p,s)")
 _DECIMAL = re.compile(r"decimal\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
-def parse_type(type_name: str, field_name: str = "?") -> ColumnType:
-    """The column type for a configured type name; ConfigError naming the field otherwise."""
-    text = type_name.strip().lower() if isinstance(type_name, str) else ""
+def parse_type(spec: TypeSpec, field_name: str = "?") -> ColumnType:
+    """The column type for a configured type; ConfigError naming the field (its path for
+    a nested one, e.g. ``items.element.price``) otherwise."""
+    if isinstance(spec, Mapping):
+        return _parse_nested(spec, field_name)
+    text = spec.strip().lower() if isinstance(spec, str) else ""
     if text in _PRIMITIVES:
         return _PRIMITIVES[text]
     if m := _DECIMAL.fullmatch(text):
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38 or scale > precision:
             raise ConfigError(
-                f"field {field_name!r}: {type_name!r} is not a valid decimal "
+                f"field {field_name!r}: {spec!r} is not a valid decimal "
                 "(need 1 <= precision <= 38 and 0 <= scale <= precision)"
             )
         return Decimal(precision, scale)
     raise ConfigError(
-        f"field {field_name!r}: unknown type {type_name!r}; "
-        f"allowed types: {', '.join(ALLOWED_TYPES)}"
+        f"field {field_name!r}: unknown type {spec!r}; allowed types: "
+        f"{', '.join(ALLOWED_TYPES)}, or a mapping with type struct, list or map"
     )
+
+
+_NESTED_KEYS: dict[str, tuple[set[str], set[str]]] = {
+    # kind: (required keys, optional keys)
+    "struct": ({"fields"}, set()),
+    "list": ({"element"}, {"elementRequired"}),
+    "map": ({"value"}, {"key", "valueRequired"}),
+}
+
+
+def _parse_nested(spec: Mapping[str, Any], path: str) -> ColumnType:
+    kind = spec.get("type")
+    if kind not in _NESTED_KEYS:
+        raise ConfigError(
+            f"field {path!r}: a nested type needs 'type: struct', 'type: list' or "
+            f"'type: map' (got {kind!r})"
+        )
+    needed, optional = _NESTED_KEYS[kind]
+    keys = set(spec) - {"type"}
+    if missing := sorted(needed - keys):
+        raise ConfigError(f"field {path!r}: a {kind} type needs {', '.join(missing)}")
+    if unknown := sorted(keys - needed - optional):
+        allowed = ", ".join(sorted(needed | optional))
+        raise ConfigError(
+            f"field {path!r}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})"
+        )
+    if kind == "list":
+        return ListOf(
+            parse_type(spec["element"], f"{path}.element"),
+            _flag(spec, "elementRequired", path),
+        )
+    if kind == "map":
+        if str(spec.get("key", "string")).strip().lower() != "string":
+            raise ConfigError(
+                f"field {path!r}: map keys are JSON object keys, so the key type is string "
+                f"(got {spec['key']!r})"
+            )
+        return MapOf(parse_type(spec["value"], f"{path}.value"), _flag(spec, "valueRequired", path))
+    fields = spec["fields"]
+    if not isinstance(fields, list) or not fields:
+        raise ConfigError(f"field {path!r}: a struct type needs a non-empty list of fields")
+    return StructOf(_parse_fields(fields, path))
+
+
+def _flag(spec: Mapping[str, Any], key: str, path: str) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"field {path!r}: {key} must be true or false (got {value!r})")
+    return value
+
+
+_FIELD_KEYS = {"name", "type", "required", "doc"}
+
+
+def _parse_fields(fields: list[Any], path: str) -> tuple[Column, ...]:
+    seen: set[str] = set()
+    out: list[Column] = []
+    for i, f in enumerate(fields):
+        where = f"{path}.fields[{i}]"
+        if not isinstance(f, Mapping) or not isinstance(f.get("name"), str) or "type" not in f:
+            raise ConfigError(f"field {where!r}: each struct field needs a name and a type")
+        if unknown := sorted(set(f) - _FIELD_KEYS):
+            raise ConfigError(
+                f"field {where!r}: unknown key(s) {', '.join(unknown)} "
+                f"(allowed: {', '.join(sorted(_FIELD_KEYS))})"
+            )
+        name = f["name"]
+        if not name.strip():
+            raise ConfigError(f"field {where!r}: the name is empty")
+        if name.lower() in seen:
+            raise ConfigError(
+                f"field {path!r}: {name!r} is defined twice (names are case-insensitive)"
+            )
+        seen.add(name.lower())
+        doc = f.get("doc")
+        if doc is not None and not isinstance(doc, str):
+            raise ConfigError(f"field '{path}.{name}': doc must be a string")
+        child = f"{path}.{name}"
+        out.append(Column(name, parse_type(f["type"], child), _flag(f, "required", child), doc))
+    return tuple(out)
 
 
 HEADERS_TYPE = ListOf(
@@ -237,6 +341,8 @@ def _spark_type(t: ColumnType) -> str:
         return f"DECIMAL({t.precision},{t.scale})"
     if isinstance(t, ListOf):
         return f"ARRAY<{_spark_type(t.element)}>"
+    if isinstance(t, MapOf):
+        return f"MAP<STRING, {_spark_type(t.value)}>"
     if isinstance(t, StructOf):
         inner = ", ".join(f"{_quote(f.name)}: {_spark_type(f.type)}" for f in t.fields)
         return f"STRUCT<{inner}>"

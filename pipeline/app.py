@@ -47,11 +47,11 @@ def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
     """What can be refused without the network, before anything is created or an epoch
     taken: the declared column types, every local path the run writes, a local checkpoint
     location (created, written, removed). The CLI runs it before the broker check."""
-    from pipeline.columns import FieldSpec, table_columns
+    from pipeline.columns import table_columns
     from pipeline.formats.registry import table_format
     from pipeline.preflight import check_paths
 
-    fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
+    fields = cfg.decode.field_specs()
     table_columns(fields, raw=cfg.decode.raw)
     check_paths(cfg, table_format(cfg).writable_paths(cfg))
     probe_checkpoint_location(cfg.checkpoint_location, spark=spark)  # local: no JVM
@@ -198,9 +198,13 @@ class Pipeline:
         location = self.cfg.checkpoint_location
         if needs_spark(location, self.cfg.spark.conf):  # a remote checkpoint location:
             probe_checkpoint_location(location, spark=self.spark)  # before the epoch
+        # a column change no restart may make is refused here, before any side effect
+        planned = self.tables.schema_changes()
         if self.timeline is not None:
             # Fence before Spark starts: a zombie of an earlier run cannot commit past here.
             self.stats.epoch = self.coordinator.acquire_epoch(owner=socket.gethostname())
+        if planned:
+            self._evolve_schema()
         return start_stream(
             self.spark,
             self.source.query_options(),
@@ -209,6 +213,19 @@ class Pipeline:
             name=f"ingest-{self.cfg.id}",
             trigger=trigger_of(self.cfg),
         )
+
+    def _evolve_schema(self) -> None:
+        """Apply the configured column changes (docs/design.md invariant 13): after the
+        epoch (a zombie of the old schema is fenced), before the query's first batch."""
+        from pipeline.columns.evolution import describe
+
+        applied = self.tables.evolve_schema()
+        if applied:
+            log.info(
+                "pipeline %s: table columns evolved: %s",
+                self.cfg.id,
+                "; ".join(describe(c) for c in applied),
+            )
 
     def run(
         self,

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from pipeline.columns import FieldSpec
 from pipeline.errors import ConfigError
 
 # YAML 1.1 (PyYAML) reads unquoted off/no/false and on/yes/true as booleans: the
@@ -83,6 +84,7 @@ class FieldConfig(_Model):
     type: str | dict[str, Any]
     required: bool = False
     doc: str | None = None
+    renamed_from: str | None = None  # rename a table column (schema evolution on restart)
 
 
 class SourceConfig(_Model):
@@ -159,6 +161,10 @@ class DecodeConfig(_Model):
     def raw(self) -> bool:
         """Raw mode: key, value and headers stored as bytes, no decoding."""
         return self.format != "json"  # the other choice: raw
+
+    def field_specs(self) -> list[FieldSpec]:
+        """``decode.schema`` as the column model's field specs (types parsed later)."""
+        return [FieldSpec(f.name, f.type, f.required, f.doc, f.renamed_from) for f in self.schema_]
 
     @model_validator(mode="after")
     def _schema_for_json(self) -> DecodeConfig:

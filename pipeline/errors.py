@@ -30,6 +30,14 @@ class ConfigError(PipelineError):
     code = "config"
 
 
+class SchemaChangeRefused(ConfigError):
+    """The configured columns differ from the table's in a way no restart may apply (a
+    dropped column, a narrowing, a new required column ...): refused before any side effect,
+    exit 2 like every configuration error."""
+
+    code = "schema-change"
+
+
 class BrokerUnavailableError(PipelineError):
     code = "broker-unavailable"
 

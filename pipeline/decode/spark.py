@@ -26,8 +26,7 @@ KAFKA_COLS = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_times
 
 def decoded_columns(cfg: DecodeConfig) -> tuple[cols.Column, ...]:
     """The decoded (non-Kafka) columns of ``decode.schema``; ConfigError if it is invalid."""
-    fields = [cols.FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.schema_]
-    return cols.data_columns(cols.table_columns(fields))
+    return cols.data_columns(cols.table_columns(cfg.field_specs()))
 
 
 def _coordinates() -> list[Column]:

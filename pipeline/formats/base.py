@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from pipeline.columns.evolution import Change
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
@@ -107,6 +108,15 @@ class PipelineTables(Protocol):
         ...
 
     def maintenance(self) -> list[TableMaintenance]: ...  # compaction, orphans, file stats
+
+    def schema_changes(self) -> list[Change]:
+        """The column changes the configuration makes to the main table(s), planned
+        without a side effect; SchemaChangeRefused when one may not be made."""
+        ...
+
+    def evolve_schema(self) -> list[Change]:
+        """Apply the planned changes, atomically per table; the changes applied."""
+        ...
 
     def task_plan(
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None

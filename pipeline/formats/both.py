@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.columns.evolution import Change
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.instant import BatchIdentity
@@ -172,6 +173,18 @@ class DualTables:
 
     def maintenance(self) -> list[TableMaintenance]:
         return [*self.iceberg.maintenance(), *self.hudi.maintenance()]
+
+    def schema_changes(self) -> list[Change]:
+        """Both tables' plans (each refuses what its readers cannot follow; Hudi's rules
+        are the narrower); the Iceberg table's changes, which Hudi's next commit repeats."""
+        self.hudi.schema_changes()
+        return self.iceberg.schema_changes()
+
+    def evolve_schema(self) -> list[Change]:
+        """The Iceberg table's one schema commit; the Hudi table's next commit carries the
+        new schema. A crash in between is finished by the restart (both are re-planned)."""
+        self.hudi.schema_changes()
+        return self.iceberg.evolve_schema()
 
     def timeline(self, pipeline_id: str) -> Any:
         return self.hudi.timeline(pipeline_id)  # mints above the Hudi table's timeline

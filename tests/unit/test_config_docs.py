@@ -164,7 +164,7 @@ def test_example_config_names_every_key_and_only_model_keys() -> None:
 def test_the_rules_see_what_they_should() -> None:
     keys, sections = model_keys()
     assert {"source.topics", "decode.schema", "sink.hudi.basePath", "metrics.port"} <= set(keys)
-    assert keys["decode.schema"] == ["name", "type", "required", "doc"]
+    assert keys["decode.schema"] == ["name", "type", "required", "doc", "renamedFrom"]
     assert {"sink", "sink.catalog", "sink.hudi", "metrics", "trigger"} <= sections
     rows = [(["metrics"], "| `metrics` | `{enabled: true}` | x |")]
     assert _documented_in_readme("metrics.enabled", rows)

@@ -35,6 +35,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from pipeline.columns import Column
+from pipeline.columns.evolution import Change, Rules, plan_changes
 from pipeline.errors import CommitError, ConfigError
 from pipeline.formats.hudi.layout import (
     BASE_FILE,
@@ -58,7 +60,7 @@ from pipeline.formats.hudi.layout import (
     requested_name,
     table_properties,
 )
-from pipeline.formats.hudi.schema import HudiTableSpec
+from pipeline.formats.hudi.schema import HudiTableSpec, columns_of_avro
 from pipeline.formats.hudi.storage import TableFiles, table_files
 from pipeline.formats.hudi.timeline import HudiInstant, _Timeline
 from pipeline.formats.hudi.writer import HudiWriteContext
@@ -215,18 +217,28 @@ class HudiTable:
                     f"{','.join(mine)}; a table's keys and partitioning cannot change"
                 )
 
-    def check_schema(self) -> None:
-        """The newest commit's schema must be the configured one (no schema evolution)."""
+    def current_columns(self) -> tuple[Column, ...] | None:
+        """The columns of the newest commit's schema (None: no commit carries one)."""
         for ts in self.completed_commits():
             text = self.extra_metadata(ts).get(SCHEMA_KEY)
-            if text is None:
-                continue
-            if json.loads(text) != json.loads(self.spec.avro_schema):
-                raise ConfigError(
-                    f"Hudi table at {self.base}: the configured columns differ from the "
-                    f"table's schema (commit {ts}); the native writer does not evolve schemas"
-                )
-            return
+            if text is not None:
+                return columns_of_avro(json.loads(text), self.spec.columns)
+        return None
+
+    def schema_changes(self) -> list[Change]:
+        """What the configured columns change in the newest commit's (none: no commit
+        yet). The next commit carries the new schema, so that commit applies them.
+        Refused (SchemaChangeRefused) where Hudi's readers would not follow: renames
+        (they need schema-on-read) and decimals widened to another Avro fixed size."""
+        current = self.current_columns()
+        if current is None:
+            return []
+        rules = Rules(f"Hudi table at {self.base}", renames=False, decimal_widening=False)
+        return plan_changes(current, self.spec.columns, rules)
+
+    def check_schema(self) -> None:
+        """Refuse a write whose columns the table may not take (see ``schema_changes``)."""
+        self.schema_changes()
 
     # -- writing (the caller holds the lock; ``meta`` is what it yielded) ----------------
 

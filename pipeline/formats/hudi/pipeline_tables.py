@@ -22,12 +22,12 @@ import os
 from dataclasses import dataclass
 
 from pipeline.columns import (
-    FieldSpec,
     data_columns,
     dead_letter_columns,
     spark_ddl,
     table_columns,
 )
+from pipeline.columns.evolution import Change
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
@@ -79,7 +79,7 @@ class HudiTables:
         if hudi is None:
             raise ConfigError("sink.hudi.basePath is required for a Hudi table")
         raw = cfg.decode.raw
-        fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
+        fields = cfg.decode.field_specs()
         columns = table_columns(fields, raw=raw)
         base = table_base(hudi.base_path)
         s3 = S3Settings.from_properties(hudi.properties) if is_object_store(base) else None
@@ -111,6 +111,15 @@ class HudiTables:
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
             target_file_size_bytes=sink.target_file_size_bytes,
         )
+
+    def schema_changes(self) -> list[Change]:
+        """The main table's planned column changes (SchemaChangeRefused: none may apply)."""
+        return self.main.hudi.schema_changes()
+
+    def evolve_schema(self) -> list[Change]:
+        """Nothing to write now: the next commit carries the new schema (the table's
+        schema is the newest commit's), so the planned changes are what it applies."""
+        return self.main.hudi.schema_changes()
 
     def maintenance(self) -> list[TableMaintenance]:
         """Compaction and orphan cleanup of the main table, then the dead-letter table."""

@@ -225,6 +225,63 @@ def _avro_record(fields: list[Column], name: str, namespace: str) -> dict[str, A
     return {"type": "record", "name": name, "namespace": namespace, "fields": out}
 
 
+_AVRO_PRIMITIVE_NAMES = {"boolean", "int", "long", "float", "double", "string"}
+
+
+def _from_avro(t: Any, hint: ColumnType | None, path: str) -> tuple[ColumnType, bool]:
+    """(column type, required) of an Avro type; ``hint`` (the configured type at the same
+    place) tells ``timestamp`` from ``timestamptz``, which Avro writes alike."""
+    required = True
+    if isinstance(t, list):  # ["null", T]: optional
+        others = [x for x in t if x != "null"]
+        if len(others) != 1:
+            raise ConfigError(f"column {path!r}: the table's Avro union {t} is not ['null', T]")
+        t, required = others[0], len(others) == len(t)
+    if isinstance(t, str):
+        if t in _AVRO_PRIMITIVE_NAMES:
+            return Primitive(t), required
+        if t == "bytes":
+            return Primitive("binary"), required
+    elif isinstance(t, dict):
+        kind, logical = t.get("type"), t.get("logicalType")
+        if logical == "decimal":
+            return Decimal(int(t["precision"]), int(t.get("scale", 0))), required
+        if logical == "date":
+            return Primitive("date"), required
+        if logical in ("timestamp-micros", "local-timestamp-micros"):
+            naive = isinstance(hint, Primitive) and hint.name == "timestamp"
+            return Primitive("timestamp" if naive else "timestamptz"), required
+        if kind == "array":
+            inner = hint.element if isinstance(hint, ListOf) else None
+            element, element_required = _from_avro(t["items"], inner, f"{path}.element")
+            return ListOf(element, element_required), required
+        if kind == "map":
+            inner = hint.value if isinstance(hint, MapOf) else None
+            value, value_required = _from_avro(t["values"], inner, f"{path}.value")
+            return MapOf(value, value_required), required
+        if kind == "record":
+            kids = hint.fields if isinstance(hint, StructOf) else ()
+            return StructOf(columns_of_avro(t, kids, path)), required
+        if isinstance(kind, str) and logical is None:
+            return _from_avro(kind, hint, path)
+    raise ConfigError(f"column {path!r}: the table's Avro type {t} is not one this pipeline writes")
+
+
+def columns_of_avro(
+    record: dict[str, Any], hints: Sequence[Column] = (), parent: str = ""
+) -> tuple[Column, ...]:
+    """The columns of a commit's Avro record schema (the inverse of ``_avro_record``).
+    Hudi's schema has no column docs: a configured doc is taken as the table's."""
+    by_name = {c.name: c for c in hints}
+    out = []
+    for f in record.get("fields", []):
+        path = f"{parent}.{f['name']}" if parent else f["name"]
+        hint = by_name.get(f["name"])
+        t, required = _from_avro(f["type"], hint.type if hint else None, path)
+        out.append(Column(f["name"], t, required, f.get("doc", hint.doc if hint else None)))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class HudiTableSpec:
     """What a Hudi table of this pipeline is: location, names, columns, keys, partitions.
@@ -240,6 +297,7 @@ class HudiTableSpec:
     record_key_fields: tuple[str, ...]
     partition_fields: tuple[str, ...]
     s3: S3Settings | None = None  # how to reach an s3:// base (None: local, or AWS defaults)
+    columns: tuple[Column, ...] = ()  # what the schemas were built from (schema evolution)
 
     @classmethod
     def build(
@@ -291,6 +349,7 @@ class HudiTableSpec:
             record_key_fields=keys,
             partition_fields=parts,
             s3=s3,
+            columns=tuple(columns),
         )
 
     @property

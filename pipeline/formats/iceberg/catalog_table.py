@@ -61,6 +61,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
+from pipeline.columns import Column
+from pipeline.columns.evolution import Change, Rules, describe, plan_changes
 from pipeline.commit.checkpoint import (
     BATCH_END_KEY,
     BATCH_ID_KEY,
@@ -89,6 +91,7 @@ from pipeline.formats.iceberg.expiry import (
     summary_of,
 )
 from pipeline.formats.iceberg.retry import with_retries
+from pipeline.formats.iceberg.schema import apply_changes, columns_of
 from pipeline.formats.iceberg.writer import WriteContext, deserialize_data_file
 
 log = logging.getLogger(__name__)
@@ -122,7 +125,10 @@ class IcebergTable:
         max_snapshots: int = 30,
         expire_every: int = 10,
         read_cache_s: float = 1.0,
+        columns: tuple[Column, ...] | None = None,
     ) -> None:
+        """``columns``: the configured columns (with ``renamedFrom``), when ``schema`` was
+        built from a configuration; schema evolution compares the table's with them."""
         self.catalog = catalog
         self.identifier: tuple[str, ...] = Catalog.identifier_to_tuple(identifier)
         if len(self.identifier) < 2:
@@ -130,6 +136,7 @@ class IcebergTable:
                 f"table identifier {identifier!r} needs a namespace, e.g. 'db.events'"
             )
         self.schema = schema
+        self.columns = columns if columns is not None else columns_of(schema)
         self.partition_spec = partition_spec
         user = dict(table_properties or {})
         for key, value in FORCED_TABLE_PROPERTIES.items():
@@ -271,21 +278,44 @@ class IcebergTable:
 
     # -- write ---------------------------------------------------------------------------
 
+    def schema_changes(self) -> list[Change]:
+        """What the configured columns change in the table's (none for a new table);
+        SchemaChangeRefused, before any side effect, for what no restart may change."""
+        table = self._load_for_read()
+        if table is None:
+            return []
+        return plan_changes(columns_of(table.schema()), self.columns, Rules(f"table {self.name}"))
+
+    def evolve_schema(self) -> list[Change]:
+        """Apply :meth:`schema_changes` in one catalog commit (atomic: a crash leaves the
+        old schema or the new one); planned again on every attempt, so a restart, or a
+        commit that lost a race, applies only what is still missing. The changes applied."""
+
+        def once() -> list[Change]:
+            table = self.load()
+            if table is None:
+                return []
+            changes = plan_changes(
+                columns_of(table.schema()), self.columns, Rules(f"table {self.name}")
+            )
+            if changes:
+                with table.update_schema() as update:
+                    apply_changes(update, changes)
+                self._forget_read_view()
+            return changes
+
+        return self._with_retries("schema update", once)
+
     def _check_schema(self, table: Table) -> None:
-        table_schema = table.schema()
-        for field in self.schema.fields:
-            try:
-                existing = table_schema.find_field(field.name)
-            except ValueError:
-                raise ConfigError(
-                    f"column {field.name!r} is configured but table {self.name} has no such "
-                    "column; evolve the table schema first"
-                ) from None
-            if existing.field_type != field.field_type:
-                raise ConfigError(
-                    f"column {field.name!r} is {field.field_type} in the configuration but "
-                    f"{existing.field_type} in table {self.name}"
-                )
+        """The table must have exactly the configured columns (evolved at start)."""
+        changes = plan_changes(
+            columns_of(table.schema()), self.columns, Rules(f"table {self.name}")
+        )
+        if changes:
+            raise CommitError(
+                f"table {self.name}'s columns changed under the running pipeline "
+                f"({'; '.join(describe(c) for c in changes)}); restart it to evolve them"
+            )
 
     def table_location(self) -> str:
         """Where the table lives (or will live: fixed once resolved for a new table)."""

@@ -14,12 +14,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from pipeline.columns import (
-    FieldSpec,
     data_columns,
     dead_letter_columns,
     spark_ddl,
     table_columns,
 )
+from pipeline.columns.evolution import Change
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.journal import InstantTimeline
@@ -145,7 +145,7 @@ class IcebergTables:
         sink = cfg.sink
         catalog = load_catalog(sink.catalog.name, sink.catalog.pyiceberg_properties())
         raw = cfg.decode.raw
-        fields = [FieldSpec(f.name, f.type, f.required, f.doc) for f in cfg.decode.schema_]
+        fields = cfg.decode.field_specs()
         columns = table_columns(fields, raw=raw)
         schema = iceberg_schema(columns)
         spec = (
@@ -166,6 +166,7 @@ class IcebergTables:
             props,
             catalog_retry_s=patience,
             max_snapshots=sink.max_snapshots,
+            columns=columns,
         )
         dead = IcebergTable(
             catalog,
@@ -183,6 +184,14 @@ class IcebergTables:
             data_ddl=spark_ddl(data_columns(columns)) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
         )
+
+    def schema_changes(self) -> list[Change]:
+        """The main table's planned column changes (SchemaChangeRefused: none may apply)."""
+        return self.main.iceberg.schema_changes()
+
+    def evolve_schema(self) -> list[Change]:
+        """Apply them in one catalog commit; the changes applied."""
+        return self.main.iceberg.evolve_schema()
 
     def maintenance(self) -> list[TableMaintenance]:
         """Compaction and orphan cleanup of the main table, then the dead-letter table."""

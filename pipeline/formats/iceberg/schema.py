@@ -10,6 +10,9 @@ build the very same schema (same field ids) from the same configuration.
   will store.
 * :func:`build_partition_spec` parses ``"day(ts)"``, ``"bucket(16, user_id)"``, ...
 * :func:`arrow_schema` gives the Arrow schema workers write.
+* :func:`columns_of` reads a table's schema back as columns (what schema evolution
+  compares with the configured ones); :func:`apply_changes` applies planned changes
+  (:mod:`pipeline.columns.evolution`) to one pyiceberg ``UpdateSchema``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,14 @@ from pipeline.columns import (
     ColumnType,
     FieldSpec,
 )
+from pipeline.columns.evolution import (
+    AddColumn,
+    Change,
+    MakeOptional,
+    RenameColumn,
+    UpdateDoc,
+    WidenType,
+)
 from pipeline.errors import ConfigError
 
 __all__ = [
@@ -111,6 +122,51 @@ def _iceberg_type(t: ColumnType, ids: itertools.count[int]) -> IcebergType:
             value_required=t.value_required,
         )
     return StructType(*[_field(c, ids) for c in t.fields])
+
+
+_PRIMITIVE_NAMES = {type(t): name for name, t in _PRIMITIVES.items()}
+
+
+def _column_type(t: IcebergType, path: str) -> ColumnType:
+    """The column type of an Iceberg type (the inverse of ``_iceberg_type``)."""
+    if isinstance(t, DecimalType):
+        return cols.Decimal(t.precision, t.scale)
+    if isinstance(t, ListType):
+        return cols.ListOf(_column_type(t.element_type, f"{path}.element"), t.element_required)
+    if isinstance(t, MapType) and isinstance(t.key_type, StringType):
+        return cols.MapOf(_column_type(t.value_type, f"{path}.value"), t.value_required)
+    if isinstance(t, StructType):
+        return cols.StructOf(tuple(_column(f, path) for f in t.fields))
+    if type(t) in _PRIMITIVE_NAMES:
+        return cols.Primitive(_PRIMITIVE_NAMES[type(t)])
+    raise ConfigError(f"column {path!r}: the table's type {t} is not one this pipeline writes")
+
+
+def _column(f: NestedField, parent: str = "") -> Column:
+    path = f"{parent}.{f.name}" if parent else f.name
+    return Column(f.name, _column_type(f.field_type, path), f.required, f.doc)
+
+
+def columns_of(schema: Schema) -> tuple[Column, ...]:
+    """The table's columns as the column model has them (no field ids)."""
+    return tuple(_column(f) for f in schema.fields)
+
+
+def apply_changes(update: Any, changes: list[Change]) -> None:
+    """Apply planned changes to a pyiceberg ``UpdateSchema`` (paths are the old names, as
+    ``UpdateSchema`` resolves them against the schema it started from)."""
+    for c in changes:
+        if isinstance(c, RenameColumn):
+            update.rename_column(c.path, c.new_name)
+        elif isinstance(c, WidenType):
+            update.update_column(c.path, field_type=_iceberg_type(c.new, itertools.count(1)))
+        elif isinstance(c, MakeOptional):
+            update.make_column_optional(c.path)
+        elif isinstance(c, UpdateDoc):
+            update.update_column(c.path, doc=c.doc)
+        elif isinstance(c, AddColumn):
+            new_type = _iceberg_type(c.column.type, itertools.count(1))
+            update.add_column(c.path, new_type, doc=c.column.doc, required=False)
 
 
 def _field(c: Column, ids: itertools.count[int]) -> NestedField:

@@ -59,6 +59,7 @@ class FieldSpec:
     type: TypeSpec
     required: bool = False
     doc: str | None = None
+    renamed_from: str | None = None  # the column's previous name (schema evolution)
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,14 @@ ColumnType = Primitive | Decimal | ListOf | MapOf | StructOf
 
 @dataclass(frozen=True)
 class Column:
-    """One table column: name, type, nullability (``required``), documentation."""
+    """One table column: name, type, nullability (``required``), documentation, and the
+    name it had before (``renamed_from``: a rename the configuration asks for)."""
 
     name: str
     type: ColumnType
     required: bool = False
     doc: str | None = None
+    renamed_from: str | None = None
 
 
 #: Kafka coordinates every row carries, appended after the user's fields.
@@ -226,7 +229,7 @@ def _flag(spec: Mapping[str, Any], key: str, path: str) -> bool:
     return value
 
 
-_FIELD_KEYS = {"name", "type", "required", "doc"}
+_FIELD_KEYS = {"name", "type", "required", "doc", "renamedFrom"}
 
 
 def _parse_fields(fields: list[Any], path: str) -> tuple[Column, ...]:
@@ -253,7 +256,11 @@ def _parse_fields(fields: list[Any], path: str) -> tuple[Column, ...]:
         if doc is not None and not isinstance(doc, str):
             raise ConfigError(f"field '{path}.{name}': doc must be a string")
         child = f"{path}.{name}"
-        out.append(Column(name, parse_type(f["type"], child), _flag(f, "required", child), doc))
+        renamed = f.get("renamedFrom")
+        if renamed is not None and (not isinstance(renamed, str) or not renamed.strip()):
+            raise ConfigError(f"field {child!r}: renamedFrom must be a column name")
+        required = _flag(f, "required", child)
+        out.append(Column(name, parse_type(f["type"], child), required, doc, renamed))
     return tuple(out)
 
 
@@ -301,7 +308,7 @@ def table_columns(fields: Sequence[FieldSpec], raw: bool = False) -> tuple[Colum
                 f"the Kafka columns {', '.join(KAFKA_COLUMN_NAMES)}"
             )
         seen.add(f.name.lower())
-        out.append(Column(f.name, parse_type(f.type, f.name), f.required, f.doc))
+        out.append(Column(f.name, parse_type(f.type, f.name), f.required, f.doc, f.renamed_from))
     return (*out, *_kafka_columns())
 
 

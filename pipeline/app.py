@@ -220,6 +220,7 @@ class Pipeline:
         from pipeline.columns.evolution import describe
 
         applied = self.tables.evolve_schema()
+        self.faults.hit("after-schema-change", None)
         if applied:
             log.info(
                 "pipeline %s: table columns evolved: %s",

@@ -1,10 +1,15 @@
 """Schema evolution on restart, on Iceberg and Hudi, with records produced throughout.
 
-Three schemas, one restart each: the second adds a nested column and a map, widens
-``int`` → ``long`` and ``float`` → ``double`` and makes a required column optional; the
-third renames a column (Iceberg; Hudi's readers do not follow renames, so there it adds
-another column). Every produced (topic, partition, offset) is in the table once; rows
-written before a column existed read it as null (pyiceberg, hudi-rs).
+Three schemas, one restart each (in-process, shared Spark): the second adds a nested
+column and a map, widens ``int`` → ``long`` and ``float`` → ``double`` and makes a
+required column optional; the third renames a column (Iceberg; Hudi's readers do not
+follow renames, so there it adds another column). Every produced (topic, partition,
+offset) is in the table once; rows written before a column existed read it as null
+(pyiceberg, hudi-rs).
+
+Driver processes SIGKILLed around the change (``slow``): right after Iceberg's schema
+commit, before the query started; with a Hudi instant precommitted in the new schema.
+The restart finishes it: every record once, the schema changed once.
 
 A change no restart may make (a narrowing, a dropped column) is one line on stderr, exit
 2, and leaves the table's metadata and the checkpoint as they were.
@@ -18,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import arrow_coords, hudi_read, pipeline_config, run_cli, write_config
+from support.drivers import (
+    arrow_coords,
+    hudi_read,
+    pipeline_config,
+    run_cli,
+    run_driver_killed,
+    run_driver_ok,
+    write_config,
+)
 from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
@@ -207,3 +220,33 @@ def test_a_refused_change_is_one_line_exit_2_and_touches_nothing(
     assert _table_state(tmp_path, table_format) == before
     state = json.loads((tmp_path / "checkpoint" / "ingest-run-state.json").read_text())
     assert message in state["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("table_format", "fault"),
+    [("iceberg", "after-schema-change:kill"), ("hudi", "after-precommit:kill")],
+)
+def test_a_driver_killed_around_the_schema_change_loses_nothing(
+    kafka_broker: KafkaTestBroker, tmp_path: Path, table_format: str, fault: str
+) -> None:
+    topic = kafka_broker.new_topic(f"evolve-kill-{table_format}", 2)
+    bootstrap = kafka_broker.bootstrap_servers
+    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, table_format))
+    produced = _produce(bootstrap, topic, 1000, 150, 1)
+    data["decode"] = {"schema": V1}
+    run_driver_ok(write_config(tmp_path, data))
+    produced |= _produce(bootstrap, topic, 2000, 150, 2)
+    data["decode"] = {"schema": V2}
+    config = write_config(tmp_path, data)
+    run_driver_killed(config, fault)
+    produced |= _produce(bootstrap, topic, 3000, 150, 2)
+    run_driver_ok(config)
+    pipeline = Pipeline(parse_config(data))
+    rows = _read(pipeline, tmp_path, table_format)
+    assert arrow_coords(rows) == Counter(list(produced))
+    models = Counter(d["model"] is not None for d in rows["device"].to_pylist())
+    assert models == Counter({False: 150, True: 300})  # the new column, from phase 2 on
+    if table_format == "iceberg":
+        table = pipeline.tables.main.table()
+        assert table is not None and len(table.schemas()) == 2  # changed once

@@ -19,6 +19,7 @@ Points (driver unless noted):
   during-rollback               some files of a rolled-back instant deleted, marker not yet
   compaction-after-write        background compaction: its files written, not committed
   compaction-after-commit       background compaction: committed (files replaced)
+  after-schema-change           the table's new columns committed, the query not started
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ POINTS = (
     "during-rollback",
     "compaction-after-write",
     "compaction-after-commit",
+    "after-schema-change",
 )
 ENV = "INGEST_FAULT"
 

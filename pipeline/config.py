@@ -156,6 +156,9 @@ class DecodeConfig(_Model):
     # arrow: tasks read Kafka and decode in Python (Kafka -> Arrow -> Parquet, no JVM rows);
     # spark: Spark's from_json over the streaming DataFrame
     engine: Literal["arrow", "spark"] = "arrow"
+    # records with top-level fields decode.schema lacks: counted either way; dead-letter:
+    # such a record goes to the dead-letter table (pipeline.decode.unknown_fields)
+    unknown_fields: Literal["ignore", "dead-letter"] = "ignore"
 
     @property
     def raw(self) -> bool:

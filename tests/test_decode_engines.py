@@ -69,6 +69,9 @@ CORPUS: list[bytes | None] = [
     b'{"id":41,\r\n"s":"CRLF between tokens"}',
     b'{"id":42,"s":"raw\nline break inside a string"}',
     b'{"id":24,"extra":"ignored","s":"x"}',
+    b'{"id":43,"x":null,"s":"a null-valued unknown key is not counted"}',
+    b'{"id":44,"z":{"a":1},"y":[1,2],"s":"two unknown keys, sorted"}',
+    b'{"id":45,"n":"x","extra":1}',  # malformed and an unknown key
     b'{"id":25,"s":"x"}   ',
     b'  {"id":26}',
     b'{"id":27,"s":"' + b"x" * 300 + b'"}',  # over maxRecordBytes below
@@ -118,16 +121,31 @@ def _normalise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def test_arrow_engine_matches_spark_from_json(spark: Any) -> None:
-    _assert_engines_agree(spark, SCHEMA, CORPUS, max_record_bytes=256)
+@pytest.mark.parametrize("unknown_fields", ["ignore", "dead-letter"])
+def test_arrow_engine_matches_spark_from_json(spark: Any, unknown_fields: str) -> None:
+    rows = _assert_engines_agree(spark, SCHEMA, CORPUS, 256, unknown_fields)
+    by_id = {r["id"]: r for r in rows if r["id"] is not None}
+    assert by_id[43]["_unknown"] is None
+    if unknown_fields == "ignore":
+        assert by_id[24]["_unknown"] == ["extra"] and by_id[24]["_error"] is None
+        assert by_id[44]["_unknown"] == ["y", "z"]
+    else:
+        assert by_id[44]["_error"] == "unknown field(s): y, z"
+        assert by_id[45]["_error"].startswith("malformed")  # the other reasons come first
 
 
 def _assert_engines_agree(
-    spark: Any, schema: list[dict[str, Any]], corpus: list[bytes | None], max_record_bytes: int
+    spark: Any,
+    schema: list[dict[str, Any]],
+    corpus: list[bytes | None],
+    max_record_bytes: int,
+    unknown_fields: str = "ignore",
 ) -> list[dict[str, Any]]:
     """Both engines decode ``corpus``; every column of every row must match (after the
     tasks' refinement of dead-letter reasons, which both engines go through)."""
-    cfg = DecodeConfig.model_validate({"schema": schema, "maxRecordBytes": max_record_bytes})
+    cfg = DecodeConfig.model_validate(
+        {"schema": schema, "maxRecordBytes": max_record_bytes, "unknownFields": unknown_fields}
+    )
     columns = table_columns(
         [FieldSpec(f["name"], f["type"], f.get("required", False)) for f in schema]
     )
@@ -219,7 +237,7 @@ NESTED_CORPUS: list[bytes | None] = [
 
 
 def test_nested_columns_decode_alike_on_both_engines(spark: Any) -> None:
-    rows = _assert_engines_agree(spark, NESTED_SCHEMA, NESTED_CORPUS, max_record_bytes=4096)
+    rows = _assert_engines_agree(spark, NESTED_SCHEMA, NESTED_CORPUS, 4096)
     by_id = {r["id"]: r for r in rows if r["_error"] is None}
     assert sorted(by_id) == [1, 2, 3, 4, 5, 13, 14]
     first = by_id[1]
@@ -258,6 +276,23 @@ def test_bad_record_inside_a_large_block_is_isolated(bad_at: int) -> None:
     assert ids[bad_at + 1 :] == list(range(bad_at + 1, 20_000))
     assert out.column("_raw_value").to_pylist()[bad_at] == b'{"id": "oops"}'
     assert out.column("_raw_value").null_count == 19_999
+
+
+def test_unknown_keys_of_changing_types_are_still_found() -> None:
+    """pyarrow cannot infer an unknown key whose type changes from row to row: such a block
+    is parsed ignoring it, and its rows' keys are listed in Python; rows stay aligned."""
+    cfg = DecodeConfig.model_validate({"schema": SCHEMA})
+    values: list[bytes | None] = [
+        json.dumps({"id": i, "s": f"v{i}", "debug": i if i % 2 else f"t{i}"}).encode()
+        for i in range(5_000)
+    ]
+    values[7] = b'{"id":7,"s":"v7"}'
+    out = ArrowDecoder(cfg, False).decode(_records(values))
+    assert out.column("_error").null_count == 5_000
+    unknown = out.column("_unknown").to_pylist()
+    assert unknown[7] is None and unknown[:7] == [["debug"]] * 7
+    assert sum(u == ["debug"] for u in unknown) == 4_999
+    assert out.column("id").to_pylist() == list(range(5_000))
 
 
 def test_line_breaks_inside_a_large_block_keep_rows_aligned() -> None:

@@ -40,7 +40,7 @@ from pipeline.config import load_config
 from pipeline.tools.generator import GeneratorSpec, produce
 
 ROOT = Path(__file__).resolve().parent.parent
-STOP_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 30.0  # a batch under a loaded host may take most of it
 
 
 def _config(

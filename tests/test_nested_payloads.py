@@ -4,7 +4,8 @@ Iceberg and Hudi, on both decode engines.
 Exactly-once is shown by counting: every produced (topic, partition, offset) is in the main
 table or the dead-letter table, once. The nested values read back (pyiceberg, hudi-rs)
 equal what was produced; records of the wrong shape are dead letters whose reason names
-the path (``items[1].price``).
+the path (``items[1].price``); records with a field the schema lacks are counted for
+``ingest status``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
+from pipeline.observe.runstate import read_run_state
+from pipeline.tools.status import unknown_fields_line
 
 Coord = tuple[str, int, int]
 
@@ -73,6 +76,8 @@ def _event(n: int) -> dict[str, Any]:
             {"sku": f"t{n}", "price": None},
         ],
         "tags": {"env": "prod", "n": str(n)} if n % 2 else {},
+        # a field the schema lacks: counted, shown by ingest status
+        **({"debug": {"trace": n}} if n % 10 == 3 else {}),
     }
 
 
@@ -201,3 +206,9 @@ def test_nested_records_land_once_with_their_values(
         if got != _expected_row(produced[c])
     ]
     assert not mismatched, mismatched[:3]
+    # the records that carried a field decode.schema lacks: counted for ingest status
+    state = read_run_state(pipeline.cfg)
+    assert state.unknown_field_records == sum("debug" in r for r in produced.values()) > 0
+    assert state.unknown_fields == ("debug",)
+    line = unknown_fields_line(pipeline.cfg)
+    assert line is not None and "(this run, ignored)" in line and "(debug)" in line

@@ -101,4 +101,6 @@ class AtLeastOnceCoordinator:
             bytes=main_bytes,
             dead_letter_files=dead_files,
             dead_letter_bytes=dead_bytes,
+            unknown_field_records=staged.unknown_field_records,
+            unknown_fields=list(staged.unknown_fields),
         )

@@ -188,6 +188,8 @@ class Coordinator:
         self.faults.hit("after-precommit", batch_id)
         outcome = self._commit(inflight, batch_id)
         outcome.recovered = recovered
+        outcome.unknown_field_records = staged.unknown_field_records
+        outcome.unknown_fields = list(staged.unknown_fields)
         outcome.timings.update(
             {
                 "recovery": t_rec - t0,

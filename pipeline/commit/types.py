@@ -51,6 +51,9 @@ class StagedBatch:
     dead_letter_files: list[bytes] = field(default_factory=list)
     stats: list[PartitionStats] = field(default_factory=list)
     dead_letter_records: int = 0
+    # records carrying fields the configured schema lacks, and those names (bounded)
+    unknown_field_records: int = 0
+    unknown_fields: list[str] = field(default_factory=list)
 
     @property
     def records(self) -> int:
@@ -140,6 +143,8 @@ class BatchOutcome:
     dead_letter_bytes: int = 0
     data_loss: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     epoch: int | None = None  # the writer epoch the commit carried (None: no epoch)
+    unknown_field_records: int = 0  # written by this run's workers (not by a recommit)
+    unknown_fields: list[str] = field(default_factory=list)
 
 
 # write(write_id, drop_below) -> staged files; drop_below: offsets under it are dropped

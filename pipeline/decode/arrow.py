@@ -46,6 +46,13 @@ from pipeline.columns import Column, ColumnType, Decimal, ListOf, MapOf, Primiti
 from pipeline.config import DecodeConfig
 from pipeline.decode.json_values import MALFORMED, RecordParser, required_message
 from pipeline.decode.spark import ERROR_COL, KAFKA_COLS, decoded_columns
+from pipeline.decode.unknown_fields import (
+    UNKNOWN_COL,
+    UNKNOWN_TYPE,
+    apply_policy,
+    keys_in_python,
+    split_block,
+)
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # canonical ISO-8601 date-time: the shape converted vectorised
@@ -141,6 +148,10 @@ class ArrowDecoder:
         return RecordParser(self.columns)
 
     @cached_property
+    def known(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.columns)
+
+    @cached_property
     def fast(self) -> bool:
         """Whether the vectorised parser can take this schema (not with a map column)."""
         return not any(_has_map(c.type) for c in self.columns)
@@ -165,13 +176,15 @@ class ArrowDecoder:
             error = pc.if_else(too_big, pa.scalar(big_msg), pa.scalar(None, pa.string()))
             # the raw table always has a headers column (null without includeHeaders)
             raw, raw_names = [key, value, headers], ["key", "value", "headers"]
-            return self._assemble(raw, raw_names, coords, error, too_big, key, value, headers)
+            none = pa.nulls(n, UNKNOWN_TYPE)
+            return self._assemble(raw, raw_names, coords, error, too_big, none, key, value, headers)
 
-        data, error = self._decode_json(value, too_big, big_msg)
+        data, error, unknown = self._decode_json(value, too_big, big_msg)
         names = [c.name for c in self.columns]
+        error = apply_policy(error, unknown, self.cfg.unknown_fields == "dead-letter")
         bad = pc.is_valid(error)
         error = refine_errors(error, value, self.parser)
-        return self._assemble(data, names, coords, error, bad, key, value, headers)
+        return self._assemble(data, names, coords, error, bad, unknown, key, value, headers)
 
     def _assemble(
         self,
@@ -180,6 +193,7 @@ class ArrowDecoder:
         coords: Sequence[pa.Array],
         error: pa.Array,
         bad: pa.Array,
+        unknown: pa.Array,
         key: pa.Array,
         value: pa.Array,
         headers: pa.Array,
@@ -187,14 +201,23 @@ class ArrowDecoder:
         def on_error(col: pa.Array) -> pa.Array:
             return pc.if_else(bad, col, pa.nulls(len(col), type=col.type))
 
-        arrays = [*data, *coords, error, on_error(key), on_error(value), on_error(headers)]
-        all_names = [*names, *KAFKA_COLS, ERROR_COL, "_raw_key", "_raw_value", "_raw_headers"]
+        arrays = [*data, *coords, error, on_error(key), on_error(value), on_error(headers), unknown]
+        all_names = [
+            *names,
+            *KAFKA_COLS,
+            ERROR_COL,
+            "_raw_key",
+            "_raw_value",
+            "_raw_headers",
+            UNKNOWN_COL,
+        ]
         return pa.RecordBatch.from_arrays(arrays, names=all_names)
 
     # -- JSON --------------------------------------------------------------------------
     def _decode_json(
         self, value: pa.Array, too_big: pa.Array, big_msg: str
-    ) -> tuple[list[pa.Array], pa.Array]:
+    ) -> tuple[list[pa.Array], pa.Array, pa.Array]:
+        """(data columns, error, ``_unknown``), in input order."""
         n = len(value)
         # candidates for the vectorised parser: one object per line, nothing else
         candidate = pc.and_(
@@ -224,9 +247,11 @@ class ArrowDecoder:
             col = pa.concat_arrays([fast_col, slow[i]])
             data.append(pc.take(col, perm))
         err_fast = self._required_errors(fast_rows, len(fast_rows))
-        error = pc.take(pa.concat_arrays([err_fast, slow[-1]]), perm)
+        error = pc.take(pa.concat_arrays([err_fast, slow[-2]]), perm)
+        unknown_fast = fast_rows.column("__unknown").combine_chunks()
+        unknown = pc.take(pa.concat_arrays([unknown_fast, slow[-1]]), perm)
         assert len(error) == n
-        return data, error
+        return data, error, unknown
 
     def _required_errors(self, rows: pa.Table, n: int) -> pa.Array:
         error: pa.Array = pa.nulls(n, type=pa.string())
@@ -246,9 +271,10 @@ class ArrowDecoder:
             if hi <= lo:
                 continue
             part, part_rows = values.slice(lo, hi - lo), rows.slice(lo, hi - lo)
-            table = self._parse_block(part)
-            if table is not None:
-                table, odd = self._finish_block(table)
+            block = self._parse_block(part)
+            if block is not None:
+                table, odd = self._finish_block(block[0])
+                table = table.append_column("__unknown", block[1])
                 if odd is not None:
                     leftover.append(pc.filter(part_rows, odd))
                     table = table.filter(pc.invert(odd))
@@ -259,7 +285,7 @@ class ArrowDecoder:
             else:
                 mid = (lo + hi) // 2
                 stack += [(mid, hi), (lo, mid)]
-        schema = pa.schema([*self._schema(), ("__row", pa.uint64())])
+        schema = pa.schema([*self._schema(), ("__unknown", UNKNOWN_TYPE), ("__row", pa.uint64())])
         out = pa.concat_tables(parsed) if parsed else schema.empty_table()
         left = (
             pa.concat_arrays([a.cast(pa.uint64()) for a in leftover])
@@ -274,23 +300,32 @@ class ArrowDecoder:
     def _fast_schema(self) -> pa.Schema:
         return pa.schema([(c.name, _fast_type(c.type)) for c in self.columns])
 
-    def _parse_block(self, values: pa.Array) -> pa.Table | None:
+    def _parse_block(self, values: pa.Array) -> tuple[pa.Table, pa.Array] | None:
+        """(parsed columns, ``_unknown``), or None when pyarrow cannot parse the block.
+        Unknown keys are inferred as extra columns; when their types clash from row to row
+        the block is parsed again ignoring them, and its keys are listed in Python."""
         joined = pc.binary_join_element_wise(values, pa.scalar(b""), pa.scalar(b"\n"))
         span = _value_bytes(joined)
         data = span if span is not None else b""
-        try:
-            table = pj.read_json(
-                pa.BufferReader(data),
-                read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 20)),
-                parse_options=pj.ParseOptions(
-                    explicit_schema=self._fast_schema(), unexpected_field_behavior="ignore"
-                ),
-            )
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
-        if table.num_rows != len(values):  # e.g. two objects on one line
-            return None
-        return table
+        for behaviour in ("infer", "ignore"):
+            try:
+                table = pj.read_json(
+                    pa.BufferReader(data),
+                    read_options=pj.ReadOptions(
+                        use_threads=False, block_size=max(len(data), 1 << 20)
+                    ),
+                    parse_options=pj.ParseOptions(
+                        explicit_schema=self._fast_schema(), unexpected_field_behavior=behaviour
+                    ),
+                )
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            if table.num_rows != len(values):  # e.g. two objects on one line
+                return None
+            if behaviour == "infer":
+                return split_block(table, self.known)
+            return table, keys_in_python(values.to_pylist(), self.known)
+        return None
 
     def _finish_block(self, table: pa.Table) -> tuple[pa.Table, pa.Array | None]:
         """Parsed columns -> decoded columns; mask of rows needing the slow path (a date or
@@ -311,25 +346,30 @@ class ArrowDecoder:
     def _decode_rows(
         self, values: list[bytes | None], too_big: list[bool | None], big_msg: str
     ) -> list[pa.Array]:
+        """Data columns, then error, then ``_unknown``."""
         cols: list[list[object]] = [[] for _ in self.columns]
         errors: list[str | None] = []
+        unknown: list[list[str] | None] = []
         for raw, big in zip(values, too_big, strict=True):
             row: list[object] | None = None
             err: str | None = None
+            names: list[str] | None = None
             if raw is None:
                 err = "null value"
             elif big:
                 err = big_msg
             else:
-                row, problem = self.parser.parse_record(raw)
+                row, problem, names = self.parser.parse(raw)
                 err = problem.generic if problem is not None else None
             for i in range(len(self.columns)):
                 cols[i].append(row[i] if row is not None else None)
             errors.append(err)
+            unknown.append(names)
         out = [
             pa.array(v, type=arrow_type(c.type)) for v, c in zip(cols, self.columns, strict=True)
         ]
         out.append(pa.array(errors, type=pa.string()))
+        out.append(pa.array(unknown, type=UNKNOWN_TYPE))
         return out
 
 
@@ -376,7 +416,9 @@ def _finish_struct(col: pa.Array, t: StructOf) -> tuple[pa.Array, pa.Array | Non
     present = pc.is_valid(col)
     odd: pa.Array | None = None
     children, fields = [], []
-    for c, child in zip(t.fields, col.flatten(), strict=True):
+    parsed = dict(zip([f.name for f in col.type], col.flatten(), strict=True))
+    for c in t.fields:  # by name: pyarrow adds the keys it inferred (not ours) as children
+        child = parsed[c.name]
         done, bad = _finish(child, c.type)
         if c.required:  # present struct, missing value: the slow path names it
             missing = pc.and_(present, pc.is_null(child))

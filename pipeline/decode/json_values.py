@@ -128,16 +128,28 @@ class RecordParser:
         self.columns = tuple(columns)
         self._order = {p: i for i, (p, _, _) in enumerate(required_paths(self.columns))}
         self._convs = [(c, converter(c.type), c.required) for c in self.columns]
+        self._known = frozenset(c.name for c in self.columns)
 
     def parse_record(self, raw: bytes) -> tuple[list[Any] | None, Problem | None]:
         """(values per column or None, problem or None). Like Spark's PERMISSIVE mode a
         column of the wrong type becomes null while the others keep their values."""
+        values, problem, _ = self.parse(raw)
+        return values, problem
+
+    def parse(self, raw: bytes) -> tuple[list[Any] | None, Problem | None, list[str] | None]:
+        """:meth:`parse_record` and the record's unknown fields: its top-level keys with a
+        non-null value that name no column, sorted (None: none)."""
         try:
             obj = json.loads(raw.decode("utf-8", errors="replace"), parse_float=decimal.Decimal)
         except ValueError:
-            return None, Problem(MALFORMED, MALFORMED)
+            return None, Problem(MALFORMED, MALFORMED), None
         if not isinstance(obj, dict):
-            return None, Problem(MALFORMED, MALFORMED)
+            return None, Problem(MALFORMED, MALFORMED), None
+        unknown = sorted(k for k, v in obj.items() if k not in self._known and v is not None)
+        values, problem = self._convert(obj)
+        return values, problem, unknown or None
+
+    def _convert(self, obj: dict[str, Any]) -> tuple[list[Any], Problem | None]:
         row: list[Any] = []
         bad: _Bad | None = None
         missing = _Missing([])

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pipeline import columns as cols
 from pipeline.config import DecodeConfig
 from pipeline.decode.json_values import MALFORMED, required_message
+from pipeline.decode.unknown_fields import UNKNOWN_COL
 
 ERROR_COL = "_error"
 CORRUPT_COL = "_corrupt_record"
@@ -58,6 +59,7 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
             F.when(too_large.isNotNull(), F.col("key")).alias("_raw_key"),
             F.when(too_large.isNotNull(), F.col("value")).alias("_raw_value"),
             F.when(too_large.isNotNull(), headers).alias("_raw_headers"),
+            F.lit(None).cast("array<string>").alias(UNKNOWN_COL),
         )
 
     schema = f"{data_ddl}, {CORRUPT_COL} STRING"
@@ -79,6 +81,11 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
     # the first missing required value in schema order, as json_values.RecordParser says
     for pattern, missing in _missing_checks(columns):
         error = error.when(missing, F.lit(required_message(pattern)))
+    unknown = _unknown_fields(columns, too_big)
+    if cfg.unknown_fields == "dead-letter":
+        error = error.when(
+            unknown.isNotNull(), F.concat(F.lit("unknown field(s): "), F.array_join(unknown, ", "))
+        )
     data_cols = [F.col(f"_p.`{c.name}`").alias(c.name) for c in columns]
     return staged.select(
         *data_cols,
@@ -87,7 +94,17 @@ def decode(df: DataFrame, cfg: DecodeConfig, data_ddl: str, include_headers: boo
         F.when(error.isNotNull(), F.col("key")).alias("_raw_key"),
         F.when(error.isNotNull(), F.col("value")).alias("_raw_value"),
         F.when(error.isNotNull(), headers).alias("_raw_headers"),
+        unknown.alias(UNKNOWN_COL),
     )
+
+
+def _unknown_fields(columns: tuple[cols.Column, ...], too_big: Column) -> Column:
+    """The record's top-level keys with a non-null value that name no column, sorted
+    (null: none), as :mod:`pipeline.decode.unknown_fields` defines them."""
+    as_map = F.from_json(F.col("value").cast("string"), "map<string, string>")
+    present = F.map_keys(F.map_filter(as_map, lambda _k, v: v.isNotNull()))
+    extra = F.array_sort(F.array_except(present, F.array(*[F.lit(c.name) for c in columns])))
+    return F.when(~too_big & (F.size(extra) > 0), extra)
 
 
 Check = Callable[[Column], Column]

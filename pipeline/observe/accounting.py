@@ -155,6 +155,7 @@ class MetricsState:
     records: Counter
     bytes: Counter
     dead_letter_records: Counter
+    unknown_field_records: Counter
     data_loss_records: Counter
     overlap_dropped_records: Counter
     batches: Counter
@@ -287,6 +288,8 @@ class OutcomeAccounting(MetricsState):
         for topic, n in byte_split.items():
             self.bytes.labels(self._topic(topic)).inc(max(0, n))
         self.dead_letter_records.inc(max(0, int(getattr(outcome, "dead_letter_records", 0) or 0)))
+        unknown = int(getattr(outcome, "unknown_field_records", 0) or 0)
+        self.unknown_field_records.inc(max(0, unknown))
         self.overlap_dropped_records.inc(max(0, int(getattr(outcome, "overlap_dropped", 0) or 0)))
         for tp, (start, end) in (getattr(outcome, "data_loss", None) or {}).items():
             self.record_data_loss(tp.topic, end - start)

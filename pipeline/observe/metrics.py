@@ -20,6 +20,7 @@ ingest_pipeline_info                                  gauge      pipeline_id, ta
 ingest_records_total                                  counter    topic
 ingest_bytes_total                                    counter    topic
 ingest_dead_letter_records_total                      counter    -
+ingest_unknown_field_records_total                    counter    -
 ingest_data_loss_records_total                        counter    topic
 ingest_overlap_dropped_records_total                  counter    -
 ingest_batches_total                                  counter    -
@@ -244,6 +245,12 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         self.dead_letter_records = Counter(
             "ingest_dead_letter_records",
             "Undecodable records committed to the dead-letter table.",
+            registry=r,
+        )
+        self.unknown_field_records = Counter(
+            "ingest_unknown_field_records",
+            "Records that carried top-level fields decode.schema lacks (decode.unknownFields: "
+            "ignored or dead-lettered).",
             registry=r,
         )
         self.data_loss_records = Counter(

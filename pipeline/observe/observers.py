@@ -6,6 +6,8 @@
   :meth:`MetricsObserver.serve` also the HTTP endpoint and the lag thread.
 * :class:`BatchLogObserver` -- one JSON line per outcome on ``pipeline.batches``
   (:mod:`pipeline.observe.logs`).
+* :class:`UnknownFieldsObserver` -- adds up the records that carried fields the schema
+  lacks and keeps the count in the run state, for ``ingest status``.
 
 Everything comes from the outcome (``bytes``, ``data_loss``, ``epoch``), the start info
 or what the caller passes in; no observer reads a table, so every table format gets the
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 # the exporter's log lines keep the logger name they always had
 log = logging.getLogger("pipeline.observe.metrics")
 
-__all__ = ["BatchLogObserver", "MetricsObserver"]
+__all__ = ["BatchLogObserver", "MetricsObserver", "UnknownFieldsObserver"]
 
 
 class MetricsObserver(Observer):
@@ -148,3 +150,23 @@ class BatchLogObserver(Observer):
             self._log.info(batch_log_line(outcome, pipeline_id=self.pipeline_id, epoch=self.epoch))
         except Exception:
             log.warning("could not log batch %s", outcome.batch_id, exc_info=True)
+
+
+class UnknownFieldsObserver(Observer):
+    """This run's records with unknown fields (and their names, bounded), written to the
+    run state after each batch that had some."""
+
+    def __init__(self, cfg: PipelineConfig) -> None:
+        self.cfg = cfg
+        self.records = 0
+        self.names: set[str] = set()
+
+    def on_outcome(self, outcome: BatchOutcome) -> None:
+        from pipeline.decode.unknown_fields import MAX_NAMES
+        from pipeline.observe.runstate import record_unknown_fields
+
+        if not outcome.unknown_field_records:
+            return
+        self.records += outcome.unknown_field_records
+        self.names.update(outcome.unknown_fields)
+        record_unknown_fields(self.cfg, self.records, sorted(self.names)[:MAX_NAMES])

@@ -79,10 +79,33 @@ def record_run_state(
         return None
 
 
+def record_unknown_fields(cfg: PipelineConfig, records: int, names: list[str]) -> None:
+    """Add this run's count of records with unknown fields (and their names) to the run
+    state; a stop keeps it, the next start clears it. Never raises (logged)."""
+    path = run_state_path(cfg)
+    try:
+        if path is None or not path.is_file():
+            return
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict):
+            doc[UNKNOWN_KEY] = {"records": records, "fields": names}
+            _replace(path, doc)
+    except Exception as e:
+        log.warning("could not record unknown fields of %s: %s", cfg.id, e)
+
+
+UNKNOWN_KEY = "unknown_fields"
+
+
 def _write(cfg: PipelineConfig, state: str, error: str | None, url: str | None) -> Path | None:
     path = run_state_path(cfg)
     if path is None or not path.parent.is_dir():
         return None
+    kept: dict[str, Any] = {}
+    if state != "running" and path.is_file():  # a stop keeps what the run counted
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            old = json.loads(path.read_text(encoding="utf-8"))
+            kept = {UNKNOWN_KEY: old[UNKNOWN_KEY]} if UNKNOWN_KEY in old else {}
     doc: dict[str, Any] = {
         "pipeline_id": cfg.id,
         "state": state,
@@ -91,7 +114,13 @@ def _write(cfg: PipelineConfig, state: str, error: str | None, url: str | None) 
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "metrics_url": url,
+        **kept,
     }
+    _replace(path, doc)
+    return path
+
+
+def _replace(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
     try:
         tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
@@ -100,7 +129,6 @@ def _write(cfg: PipelineConfig, state: str, error: str | None, url: str | None) 
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)  # our own temp file only
         raise
-    return path
 
 
 @dataclass(frozen=True)
@@ -117,6 +145,8 @@ class RunState:
     pipeline_id: str | None = None
     path: Path | None = None
     note: str | None = None
+    unknown_field_records: int = 0  # this (or the last) run's records with unknown fields
+    unknown_fields: tuple[str, ...] = ()
 
     def process_alive(self) -> bool | None:
         """Whether the recorded process still exists (None: another host, or unknown)."""
@@ -164,4 +194,13 @@ def read_run_state(cfg: PipelineConfig) -> RunState:
         metrics_url=opt("metrics_url", str),
         pipeline_id=opt("pipeline_id", str),
         path=path,
+        **_unknown_of(doc.get(UNKNOWN_KEY)),
     )
+
+
+def _unknown_of(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not isinstance(value.get("records"), int):
+        return {}
+    names = value.get("fields")
+    listed = tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+    return {"unknown_field_records": value["records"], "unknown_fields": listed}

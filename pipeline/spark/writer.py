@@ -9,6 +9,7 @@ the offsets it saw. Memory stays bounded: rows are flushed to a file every
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.decode.arrow import refine_batch
 from pipeline.decode.json_values import RecordParser
 from pipeline.decode.spark import ERROR_COL
+from pipeline.decode.unknown_fields import MAX_NAMES, UNKNOWN_COL, tally
 from pipeline.spark.settle import settle
 
 RESULT_DDL = (
@@ -141,6 +143,7 @@ def run_task(
     )
     acc: dict[tuple[str, int], list[int]] = {}
     dead_rows = 0
+    unknown_rows, unknown_names = 0, set[str]()
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -150,6 +153,10 @@ def run_task(
         if batch.num_rows == 0:
             continue
         _stats(batch, acc, 2)
+        if UNKNOWN_COL in batch.schema.names:
+            carrying, seen = tally(batch.column(UNKNOWN_COL))
+            unknown_rows += carrying
+            unknown_names.update(seen)
         bad = pc.is_valid(batch.column(ERROR_COL))
         n_bad = pc.sum(bad).as_py() or 0
         good_batch = batch if n_bad == 0 else batch.filter(pc.invert(bad))
@@ -184,6 +191,9 @@ def run_task(
         for (t, p), v in sorted(acc.items())
     ]
     rows.append({"kind": "dead_letter_count", "records": dead_rows})
+    if unknown_rows:
+        listed = json.dumps(sorted(unknown_names)[:MAX_NAMES]).encode()
+        rows.append({"kind": "unknown_fields", "records": unknown_rows, "payload": listed})
     return rows
 
 
@@ -294,6 +304,10 @@ def collect_staged(rows: Iterable[Any]) -> StagedBatch:
             )
         elif kind == "dead_letter_count":
             staged.dead_letter_records += r["records"]
+        elif kind == "unknown_fields":
+            staged.unknown_field_records += r["records"]
+            names = set(staged.unknown_fields) | set(json.loads(bytes(r["payload"])))
+            staged.unknown_fields = sorted(names)[:MAX_NAMES]
     # Two tasks may read sub-ranges of one partition: merge their statistics.
     merged: dict[tuple[str, int], PartitionStats] = {}
     for s in staged.stats:

@@ -194,8 +194,24 @@ def run_status(cfg: PipelineConfig) -> tuple[str, list[str]]:
     return "unknown", [*([rs.note] if rs.note else []), *notes]
 
 
+def unknown_fields_line(cfg: PipelineConfig) -> str | None:
+    """How many records of the last run carried fields ``decode.schema`` lacks, and which."""
+    rs = read_run_state(cfg)
+    if not rs.unknown_field_records:
+        return None
+    what = "dead-lettered" if cfg.decode.unknown_fields == "dead-letter" else "ignored"
+    names = ", ".join(rs.unknown_fields)
+    return (
+        f"records with fields decode.schema lacks (this run, {what}): "
+        f"{rs.unknown_field_records:,} ({names})"
+    )
+
+
 def print_run_status(cfg: PipelineConfig, console: Console) -> None:
     state, lines = run_status(cfg)
+    unknown = unknown_fields_line(cfg)
+    if unknown is not None:
+        lines = [*lines, unknown]
     colour = {"running": "green", "stopped": "red"}.get(state, "yellow")
     console.print(f"pipeline {escape(cfg.id)}: [bold {colour}]{state.upper()}[/]")
     for line in lines:

@@ -253,6 +253,7 @@ OTHER_POINTS = {
     "between-table-commits",
     "compaction-after-write",  # background maintenance: tests/test_*_maintenance.py
     "compaction-after-commit",
+    "after-schema-change",  # at start, before any batch: tests/test_schema_evolution.py
 }
 DRIVER_CRASH_POINTS = [p for p in POINTS if p not in OTHER_POINTS]
 

@@ -186,7 +186,12 @@ def _table_state(tmp: Path, table_format: str) -> dict[str, bytes]:
     ("table_format", "change", "message"),
     [
         ("iceberg", "narrow", "column 'id': type change long -> int is not a widening"),
-        ("hudi", "drop", "column 'price': is in the table but not configured"),
+        pytest.param(  # the planner's unit test refuses drops too
+            "hudi",
+            "drop",
+            "column 'price': is in the table but not configured",
+            marks=pytest.mark.extended,
+        ),
         ("hudi", "rename", "column 'name': renaming to 'title' is not supported"),
     ],
 )
@@ -231,7 +236,11 @@ def test_a_refused_change_is_one_line_exit_2_and_touches_nothing(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("table_format", "fault"),
-    [("iceberg", "after-schema-change:kill"), ("hudi", "after-precommit:kill")],
+    [
+        ("iceberg", "after-schema-change:kill"),
+        # a recommit of an instant precommitted in the new schema (not in CI: the budget)
+        pytest.param("hudi", "after-precommit:kill", marks=pytest.mark.extended),
+    ],
 )
 def test_a_driver_killed_around_the_schema_change_loses_nothing(
     kafka_broker: KafkaTestBroker, tmp_path: Path, table_format: str, fault: str

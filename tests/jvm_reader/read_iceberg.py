@@ -28,7 +28,8 @@ One JSON line per table on stdout::
      "file_paths": [...], "file_details": [{"file_path": .., "record_count": ..,  # --details
         "partition": {"ts_day": "2024-06-01"}, "metrics": {column: {"lower_bound": ..,
         "upper_bound": .., "null_value_count": .., "value_count": .., ...}}}, ...],
-     "where": {"<predicate>": rows, ...}}                                    # --where
+     "where": {"<predicate>": rows, ...},                                    # --where
+     "rows_json": ["<row as Spark's JSON>", ...]}        # --rows: every row, by coordinates
 
 Timestamps are printed in UTC (``YYYY-MM-DD HH:MM:SS[.ffffff]``). Counts are of rows actually
 read from the data files (Iceberg's aggregate push-down, which answers ``count(*)`` from
@@ -74,6 +75,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         metavar="PREDICATE",
         help="also count the rows matching this SQL predicate (Iceberg prunes files by their "
         "partition values and column bounds); repeatable, tried on every table",
+    )
+    ap.add_argument(
+        "--rows",
+        action="store_true",
+        help="also print every row (Spark's to_json, nested values included), ordered by "
+        "(topic, partition, offset)",
     )
     ap.add_argument("tables", nargs="+", help="table identifiers, e.g. db.events")
     return ap.parse_args(argv)
@@ -291,6 +298,9 @@ def read_table(spark: Any, a: argparse.Namespace, table: str) -> dict[str, Any]:
     out["manifests"] = spark.sql(f"SELECT count(*) AS n FROM {ident}.manifests").first()["n"]
     out.update(_files(spark, ident, a.details))
     out["where"] = _where(spark, ident, a.where)
+    if a.rows:
+        ordered = spark.table(ident).orderBy(*COORD_COLUMNS)
+        out["rows_json"] = ordered.toJSON().collect()
     return out
 
 

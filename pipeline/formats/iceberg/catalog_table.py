@@ -62,7 +62,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from pipeline.columns import Column
-from pipeline.columns.evolution import Change, Rules, describe, plan_changes
+from pipeline.columns.evolution import Change, describe
 from pipeline.commit.checkpoint import (
     BATCH_END_KEY,
     BATCH_ID_KEY,
@@ -91,7 +91,7 @@ from pipeline.formats.iceberg.expiry import (
     summary_of,
 )
 from pipeline.formats.iceberg.retry import with_retries
-from pipeline.formats.iceberg.schema import apply_changes, columns_of
+from pipeline.formats.iceberg.schema import apply_changes, columns_of, planned_changes
 from pipeline.formats.iceberg.writer import WriteContext, deserialize_data_file
 
 log = logging.getLogger(__name__)
@@ -282,9 +282,7 @@ class IcebergTable:
         """What the configured columns change in the table's (none for a new table);
         SchemaChangeRefused, before any side effect, for what no restart may change."""
         table = self._load_for_read()
-        if table is None:
-            return []
-        return plan_changes(columns_of(table.schema()), self.columns, Rules(f"table {self.name}"))
+        return planned_changes(table, self.columns, self.name) if table is not None else []
 
     def evolve_schema(self) -> list[Change]:
         """Apply :meth:`schema_changes` in one catalog commit (atomic: a crash leaves the
@@ -293,12 +291,9 @@ class IcebergTable:
 
         def once() -> list[Change]:
             table = self.load()
-            if table is None:
-                return []
-            changes = plan_changes(
-                columns_of(table.schema()), self.columns, Rules(f"table {self.name}")
-            )
+            changes = planned_changes(table, self.columns, self.name) if table else []
             if changes:
+                assert table is not None
                 with table.update_schema() as update:
                     apply_changes(update, changes)
                 self._forget_read_view()
@@ -308,10 +303,7 @@ class IcebergTable:
 
     def _check_schema(self, table: Table) -> None:
         """The table must have exactly the configured columns (evolved at start)."""
-        changes = plan_changes(
-            columns_of(table.schema()), self.columns, Rules(f"table {self.name}")
-        )
-        if changes:
+        if changes := planned_changes(table, self.columns, self.name):
             raise CommitError(
                 f"table {self.name}'s columns changed under the running pipeline "
                 f"({'; '.join(describe(c) for c in changes)}); restart it to evolve them"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -69,8 +69,10 @@ from pipeline.columns.evolution import (
     Change,
     MakeOptional,
     RenameColumn,
+    Rules,
     UpdateDoc,
     WidenType,
+    plan_changes,
 )
 from pipeline.errors import ConfigError
 
@@ -150,6 +152,12 @@ def _column(f: NestedField, parent: str = "") -> Column:
 def columns_of(schema: Schema) -> tuple[Column, ...]:
     """The table's columns as the column model has them (no field ids)."""
     return tuple(_column(f) for f in schema.fields)
+
+
+def planned_changes(table: Any, columns: Sequence[Column], name: str) -> list[Change]:
+    """The changes ``columns`` make to the pyiceberg ``table``'s current schema
+    (SchemaChangeRefused naming ``name`` for what no restart may change)."""
+    return plan_changes(columns_of(table.schema()), columns, Rules(f"table {name}"))
 
 
 def apply_changes(update: Any, changes: list[Change]) -> None:

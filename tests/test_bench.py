@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.tools.bench import stats
+from pipeline.tools.bench.decode_cost import decode_cost
 from pipeline.tools.bench.driver import BatchLine
 from pipeline.tools.bench.fixed import fit, partition_scaling, steady_window
 from pipeline.tools.bench.presets import QUICK
@@ -35,6 +36,7 @@ SECTIONS = (
     "freshness",
     "cpu_per_record",
     "fixed_cost",
+    "decode_cost",
 )
 
 
@@ -194,6 +196,19 @@ def _check_fixed_cost(fixed: dict[str, Any]) -> None:
     assert scaling["intercept_cpu_s"] == [s["fit"]["intercept_cpu_s"] for s in fixed["sizes"]]
     for k in ("cpu_s_per_partition", "wall_s_per_partition", "cpu_s_at_zero_partitions"):
         assert isinstance(scaling[k], float) and math.isfinite(scaling[k]), (k, scaling)
+
+
+def test_decode_section_compares_the_pipeline_decoder_with_the_raw_decode() -> None:
+    """The ``decode`` section on a few records: every data set decodes without a dead
+    letter, the nested ones are ~1.2 KB, the map set is the per-record Python path."""
+    report = decode_cost(400)
+    sets = {d["data_set"]: d for d in report["sets"]}
+    assert list(sets) == ["flat ~270 B", "flat ~1.2 KB", "nested ~1.2 KB", "nested + map"]
+    assert 1000 <= sets["nested ~1.2 KB"]["mean_bytes"] <= 1500
+    assert [d["vectorised"] for d in sets.values()] == [True, True, True, False]
+    for d in sets.values():
+        assert d["records"] == 400
+        assert _positive(d["pipeline_cpu_s_per_million"]) and _positive(d["ratio"])
 
 
 # The whole quick benchmark end to end: ~5 min on a quiet 2-core host (a host shared with

@@ -50,6 +50,7 @@ class Preset:
     postgres: bool  # also time Iceberg commits on PostgreSQL when one answers
     fixed: FixedCostPlan
     timeout_s: float = 900.0  # per pipeline process
+    decode_records: int = 20_000  # per data set of the decode section (in-process)
 
     def with_records(self, records: int) -> Preset:
         return replace(self, records=records, batch=max(1, min(self.batch, records // 3)))
@@ -118,6 +119,7 @@ FULL = Preset(
         warmup_seconds=20.0,
         steady_seconds=60.0,
     ),
+    decode_records=100_000,
 )
 
 PRESETS = {p.name: p for p in (QUICK, FULL)}

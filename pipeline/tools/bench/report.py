@@ -218,6 +218,13 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             f"partitions; at 0 partitions {_fmt(sc['cpu_s_at_zero_partitions'], '.3f')} "
             f"CPU-s / {_fmt(sc['wall_s_at_zero_partitions'], '.3f')} s",
         )
+    for d in report.get("decode_cost", {}).get("sets", []):
+        t.add_row(
+            f"decode {d['data_set']} (~{d['mean_bytes']} B)",
+            f"{_fmt(d['pipeline_cpu_s_per_million'], '.2f')} CPU-s/M",
+            f"x{_fmt(d['ratio'], '.2f')} of {_fmt(d['raw_cpu_s_per_million'], '.2f')} CPU-s/M: "
+            f"{d['baseline']}",
+        )
     cpu = report.get("cpu_per_record")
     if cpu:
         best = min(cpu["pipeline"].values()) if cpu["pipeline"] else None

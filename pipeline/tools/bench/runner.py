@@ -43,6 +43,7 @@ SECTIONS = (
     "recovery",
     "growth",
     "fixed",
+    "decode",
 )
 _NEEDS: dict[str, set[str]] = {
     "throughput": {"raw", "throughput"},
@@ -55,6 +56,7 @@ _NEEDS: dict[str, set[str]] = {
     "memory": {"memory"},
     "growth": {"growth"},
     "fixed": {"fixed"},
+    "decode": {"decode"},
 }
 
 
@@ -224,6 +226,10 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             from pipeline.tools.bench.fixed import fixed_cost
 
             report["fixed_cost"] = fixed_cost(ctx)
+        if "decode" in groups:
+            from pipeline.tools.bench.decode_cost import decode_cost
+
+            report["decode_cost"] = decode_cost(preset.decode_records, say)
         if "freshness" in groups:
             fresh, recovery = sections.freshness_and_recovery(ctx)
             report["freshness"] = fresh

@@ -56,6 +56,7 @@ ORDER = (
     "checkpoint-deleted",
     "retention",
     "catalog-outage",
+    "schema-change",
 )
 CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
 # The full matrix runs these on S3 (SeaweedFS): Hudi's commit slots take the place of its

@@ -12,6 +12,7 @@ broker_outage.py   broker-outage (real broker faults on a 3-node Kafka cluster)
 standby.py         standby, standby-pause (warm-standby takeovers)
 lost_state.py      checkpoint-deleted, retention
 catalog_outage.py  catalog-outage (and the private PostgreSQL cluster it stops)
+schema_change.py   schema-change (the table's columns evolve under SIGKILLs)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pipeline.tools.drill.scenarios import (
     driver_kills,
     executor_loss,
     lost_state,
+    schema_change,
     standby,
 )
 from pipeline.tools.drill.scenarios.catalog_outage import private_pg_cluster
@@ -42,6 +44,7 @@ SCENARIOS: dict[str, Callable[[Rig], None]] = {
     "checkpoint-deleted": lost_state.checkpoint_deleted,
     "retention": lost_state.retention,
     "catalog-outage": catalog_outage.catalog_outage,
+    "schema-change": schema_change.schema_change,
 }
 
 __all__ = ["DUAL_KILL_POINTS", "KILL_POINTS", "SCENARIOS", "private_pg_cluster"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The independent JVM reader of our Iceberg tables (DESIGN.md "Other engines"): Spark's own
-# Iceberg runtime, which needs PySpark 3.5 (TOOLING.md "JVM engines and jars"), so it lives in
-# its own virtual environment, never in .venv:
+# The independent JVM reader of our Iceberg tables (docs/design.md: a reader we never write
+# with): Spark's own Iceberg runtime. The runtime this environment uses is built for Spark
+# 3.5, so it needs PySpark 3.5 and lives in its own virtual environment, never in .venv:
 #   pyspark==3.5.7 + snowpark-connect-deps-iceberg==1.0.2 (iceberg-spark-runtime-3.5_2.12 1.10.2;
 #   1.0.3 ships stripped jars) in $INGEST_JVM_READER_VENV (default .jvm-reader/venv)
 #   the SQLite JDBC driver for Iceberg's JdbcCatalog: Debian libxerial-sqlite-jdbc-java

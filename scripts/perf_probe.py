@@ -7,7 +7,7 @@ host's cores) or into ``--bootstrap`` (an external cluster), then runs, interlea
 window mean anything):
 
 * ``raw``: one process, one confluent-kafka consumer with explicit assignment, Arrow
-  columns, zstd Parquet (the ceiling from shared/TOOLING.md);
+  columns, zstd Parquet (the raw ceiling of docs/bench.md);
 * every requested pipeline variant: ``python scripts/perf_probe.py --child cfg.yaml`` runs
   ``Pipeline.run`` available-now with ``maxRecordsPerTrigger = records / batches`` and
   prints one line per committed batch; steady-state records/s counts batches 2..n over the

@@ -1,9 +1,9 @@
 """The design record is in the repository and every citation of it resolves.
 
-* No file under ``pipeline/``, ``tests/``, ``docs/`` or ``README.md`` cites a design
-  document that is not in the repository (the notes the project started from), nor an
-  issue by number: a maintainer who clones the repository must be able to follow every
-  reference.
+* No file under ``pipeline/``, ``tests/``, ``docs/``, ``scripts/``, ``conf/``, ``deploy/``,
+  ``.ci/`` or ``README.md`` cites a design document that is not in the repository (the
+  notes the project started from), nor an issue by number: a maintainer who clones the
+  repository must be able to follow every reference.
 * Every "docs/design.md invariant N" (also "invariants N-M", "N and M") names a numbered
   invariant of ``docs/design.md``.
 * Every code path and test that ``docs/design.md`` and ``docs/hudi.md`` name exists, so the
@@ -34,7 +34,7 @@ _TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt", ".cfg",
 
 def _files() -> list[Path]:
     out = [ROOT / "README.md"]
-    for top in ("pipeline", "tests", "docs"):
+    for top in ("pipeline", "tests", "docs", "scripts", "conf", "deploy", ".ci"):
         for p in sorted((ROOT / top).rglob("*")):
             if p.is_file() and "__pycache__" not in p.parts and p.suffix in _TEXT_SUFFIXES:
                 out.append(p)

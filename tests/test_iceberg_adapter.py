@@ -53,9 +53,16 @@ from pyiceberg.types import (
 from support.pg_fixtures import require_postgres_uri
 
 from pipeline.columns import spark_ddl, table_columns
+from pipeline.columns.evolution import describe
 from pipeline.commit.checkpoint import COMMITTED_OFFSETS_KEY, PIPELINE_ID_KEY, CommitCheckpoint
 from pipeline.commit.offsets import TopicPartition
-from pipeline.errors import CommitError, ConfigError, FencedError, find_pipeline_error
+from pipeline.errors import (
+    CommitError,
+    ConfigError,
+    FencedError,
+    SchemaChangeRefused,
+    find_pipeline_error,
+)
 from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
 from pipeline.formats.iceberg.partition_values import transform_array
 from pipeline.formats.iceberg.schema import (
@@ -816,12 +823,21 @@ def test_awkward_column_names_and_unpartitioned_tasks(catalog: Catalog) -> None:
     assert table.scan(row_filter='"user-id" >= 20').to_arrow().num_rows == 4
 
 
-def test_schema_mismatch_with_existing_table_is_a_config_error(catalog: Catalog) -> None:
+def test_columns_not_evolved_at_start_are_refused_at_write_then_evolved(catalog: Catalog) -> None:
+    """A write never adds a column on its own: the schema changes only at a start
+    (``evolve_schema``, docs/design.md invariant 13); a narrowing is refused outright."""
     write_and_commit(make_sink(catalog), 0, 0, 3)
     schema = build_schema([*FIELDS, FieldSpec("new_col", "long")])
     sink = IcebergTable(catalog, "db.events", schema, events_spec(schema), {})
-    with pytest.raises(ConfigError, match="new_col"):
+    with pytest.raises(CommitError, match=r"add new_col \(long\)"):
         sink.write_context("x")
+    assert [describe(c) for c in sink.evolve_schema()] == ["add new_col (long)"]
+    sink.write_context("y")  # evolved: the write goes on
+    assert sink.evolve_schema() == []  # nothing left to do on the next start
+    narrowed = [FieldSpec(f.name, "float") if f.type == "double" else f for f in FIELDS]
+    narrow = build_schema([*narrowed, FieldSpec("new_col", "long")])
+    with pytest.raises(SchemaChangeRefused, match="double -> float is not a widening"):
+        IcebergTable(catalog, "db.events", narrow, events_spec(narrow), {}).schema_changes()
 
 
 # ---------------------------------------------------------------------------------------

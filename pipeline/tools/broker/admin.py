@@ -99,19 +99,21 @@ def replicas(admin: AdminClient, topic: str, partition: int) -> tuple[list[int],
     return [int(r) for r in p.replicas], [int(r) for r in p.isrs]
 
 
-def elect_unclean(admin: AdminClient, topic: str, partition: int) -> None:
+def elect_unclean(admin: AdminClient, topic: str, partition: int, running: set[int]) -> None:
     """Let an out-of-sync replica lead ``topic``/``partition`` (it may lack records the old
-    leader had: the log is truncated to what it holds)."""
+    leader had: the log is truncated to what it holds); returns once one of the ``running``
+    nodes leads it."""
     tp = KTopicPartition(topic, partition)
     deadline = time.monotonic() + ADMIN_TIMEOUT_S
     while True:
         # no request_timeout: confluent-kafka 2.16's elect_leaders raises SystemError with it.
         # The answer is per partition: a replica restarted a moment ago may not be eligible
-        # yet (the election then fails for this partition only), so retry until it leads.
+        # yet, and a leader SIGKILLed a moment ago is still named until the controller
+        # fences it (the election is then "not needed"), so retry until a running node leads.
         errors = _result(admin.elect_leaders(ElectionType.UNCLEAN, [tp]))
         error = next(iter(errors.values()), None) if errors else None
         md = admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
-        if md.topics[topic].partitions[partition].leader >= 0:
+        if md.topics[topic].partitions[partition].leader in running:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(

@@ -271,8 +271,15 @@ class KafkaCluster:
         return admin_api.replicas(self.admin(), topic, partition)
 
     def elect_unclean(self, topic: str, partition: int) -> None:
-        """Unclean leader election: an out-of-sync live replica leads, truncating the log."""
-        admin_api.elect_unclean(self.admin(), topic, partition)
+        """Unclean leader election: an out-of-sync live replica leads, truncating the log.
+        Returns once a running node leads it (a node killed a moment ago may still be
+        named leader until the controller fences it)."""
+        running = {
+            i
+            for i, n in self._started().items()
+            if n.process is not None and n.process.poll() is None
+        }
+        admin_api.elect_unclean(self.admin(), topic, partition, running)
 
     # ------------------------------------------------------------------ internals
     def _started(self) -> dict[int, Node]:

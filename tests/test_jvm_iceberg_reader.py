@@ -91,10 +91,9 @@ def _reader_env() -> dict[str, str]:
     return {**env, "PYTHONNOUSERSITE": "1"}
 
 
-def _read_with_spark(env: dict[str, str], warehouse: Path, *tables: str) -> dict[str, Any]:
-    """``read_iceberg.py --details --where …`` on ``tables``: its JSON line per table, by
-    name."""
-    r = subprocess.run(
+def _run_reader(env: dict[str, str], warehouse: Path, *args: str) -> Any:
+    """``read_iceberg.py`` in the reader environment on the SQLite catalog of ``warehouse``."""
+    return subprocess.run(
         [
             env["python"],
             str(READER),
@@ -108,9 +107,7 @@ def _read_with_spark(env: dict[str, str], warehouse: Path, *tables: str) -> dict
             warehouse.as_uri(),
             "--catalog-name",
             CATALOG,
-            "--details",
-            *(x for pred in WHERE for x in ("--where", pred)),
-            *tables,
+            *args,
         ],
         capture_output=True,
         text=True,
@@ -118,6 +115,13 @@ def _read_with_spark(env: dict[str, str], warehouse: Path, *tables: str) -> dict
         cwd=ROOT,
         env=_reader_env(),
     )
+
+
+def _read_with_spark(env: dict[str, str], warehouse: Path, *tables: str) -> dict[str, Any]:
+    """``read_iceberg.py --details --where …`` on ``tables``: its JSON line per table, by
+    name."""
+    details = ["--details", *(x for pred in WHERE for x in ("--where", pred))]
+    r = _run_reader(env, warehouse, *details, *tables)
     out = {}
     for line in r.stdout.splitlines():
         if line.startswith("{"):
@@ -353,31 +357,7 @@ def test_spark_iceberg_reads_what_pyiceberg_reads(
 
 def _rows_with_spark(env: dict[str, str], warehouse: Path, table: str) -> list[dict[str, Any]]:
     """Every row of ``table`` as Spark's Iceberg reads it (``read_iceberg.py --rows``)."""
-    r = subprocess.run(
-        [
-            env["python"],
-            str(READER),
-            "--iceberg-jar",
-            env["iceberg_jar"],
-            "--jdbc-jar",
-            env["sqlite_jdbc_jar"],
-            "--catalog-db",
-            str(warehouse / "catalog.db"),
-            "--warehouse",
-            warehouse.as_uri(),
-            "--catalog-name",
-            CATALOG,
-            "--as-of",
-            "none",
-            "--rows",
-            table,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=_reader_env(),
-    )
+    r = _run_reader(env, warehouse, "--as-of", "none", "--rows", table)
     docs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert r.returncode == 0 and len(docs) == 1 and "error" not in docs[0], r.stderr[-3000:]
     return [json.loads(row) for row in docs[0]["rows_json"]]

@@ -9,7 +9,8 @@ dead-letter table together, as read by hudi-rs -- an independent Hudi reader.
 * Crash points: ``ingest run`` subprocesses SIGKILLed at every named fault point
   (``INGEST_FAULT=<point>:kill``), restarted (``slow``); a task attempt killed mid-write.
   Recommit without recompute: tests/test_hudi_s3.py and the drills.
-* Optional: Spark's own Hudi reader, when the Hudi Spark bundle is on the classpath.
+* Spark's own Hudi reader (extended: no Hudi bundle exists for the project's Spark),
+  when a bundle is on the classpath or in HUDI_SPARK_BUNDLE.
 """
 
 from __future__ import annotations
@@ -229,12 +230,19 @@ def _hudi_bundle(spark: Any) -> str | None:
     return jar if jar and Path(jar).is_file() else None
 
 
+# Not in CI (extended): no Hudi Spark bundle is built for the project's Spark (4.3), and
+# Maven Central, as this project reaches it, serves Hudi bundles for Spark 3.5 only
+# (hudi-spark3.5-bundle_2.12); none for Spark 4.x. It runs where one is given.
+@pytest.mark.extended
 def test_spark_hudi_reader_reads_the_native_table(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     bundle = _hudi_bundle(spark)
     if bundle is None:
-        pytest.skip("Hudi Spark bundle not on the classpath")
+        pytest.skip(
+            "no Hudi Spark bundle for this PySpark's Spark on the classpath or in "
+            "HUDI_SPARK_BUNDLE (Maven Central serves Hudi bundles for Spark 3.5 only)"
+        )
     topic = kafka_broker.new_topic("hudi-jvm", 2)
     r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=91))
     cfg = parse_config(hudi_config(tmp_path, kafka_broker.bootstrap_servers, topic))

@@ -9,7 +9,7 @@
 # also starts Spark executors ("executor") and cluster-mode drivers ("driver …") when Spark
 # on Kubernetes launches pods from this image. docs/deploy.md has the details.
 #
-# Before building: `python -m pipeline.tools.jvm fetch` (scripts/bootstrap.sh does it), so
+# Before building: `python -m pipeline.tools.jvm fetch kafka` (scripts/bootstrap.sh does it), so
 # that .jvm/ holds the Kafka jars the image copies.
 #
 # Build arguments:
@@ -104,7 +104,7 @@ RUN mkdir -p /usr/share/man/man1 \
 
 COPY --from=deps /opt/ingest /opt/ingest
 # The jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the demo),
-# as `python -m pipeline.tools.jvm fetch` left them in .jvm/ (scripts/bootstrap.sh runs it;
+# as `python -m pipeline.tools.jvm fetch kafka` left them in .jvm/ (scripts/bootstrap.sh runs it;
 # scripts/image-test.sh build too): fetched on the host, whose Maven reaches the registry.
 COPY .jvm/ /opt/ingest/jvm/
 COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint

@@ -67,8 +67,8 @@ build() {
     args+=(--volume "$ca:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt)
   fi
   if [ -n "${INGEST_EXTRA_JARS:-}" ]; then args+=(--build-arg "EXTRA_JARS=$INGEST_EXTRA_JARS"); fi
-  # the image copies .jvm/ (the manifest's jars, fetched once by the host's Maven)
-  (cd "$ROOT" && python3 -m pipeline.tools.jvm fetch >&2) || die "cannot fetch the JVM jars"
+  # the image copies .jvm/ (the manifest's Kafka jars, fetched once by the host's Maven)
+  (cd "$ROOT" && python3 -m pipeline.tools.jvm fetch kafka >&2) || die "cannot fetch the JVM jars"
   podman build "${args[@]}" -f "$ROOT/Dockerfile" "$ROOT" >&2
   echo "$tag"
 }

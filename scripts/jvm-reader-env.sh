@@ -1,33 +1,28 @@
 #!/usr/bin/env bash
-# The independent JVM reader of our Iceberg tables (docs/design.md: a reader we never write
-# with): Spark's own Iceberg runtime. The runtime this environment uses is built for Spark
-# 3.5, so it needs PySpark 3.5 and lives in its own virtual environment, never in .venv:
-#   pyspark==3.5.7 + snowpark-connect-deps-iceberg==1.0.2 (iceberg-spark-runtime-3.5_2.12 1.10.2;
-#   1.0.3 ships stripped jars) in $INGEST_JVM_READER_VENV (default .jvm-reader/venv)
+# The independent JVM readers of our tables (docs/design.md: readers we never write with):
+# Spark's own Iceberg runtime and Hudi's own Spark datasource. Both packages are built for
+# Spark 3.5 (Maven Central serves no Hudi Spark bundle for the project's Spark), so they need
+# PySpark 3.5 and live in their own virtual environment, never in .venv:
+#   pyspark==3.5.7 in $INGEST_JVM_READER_VENV (default .jvm-reader/venv)
+#   the `jvm-reader` set of pipeline/resources/pom.xml (iceberg-spark-runtime-3.5_2.12 and
+#   hudi-spark3.5-bundle_2.12), fetched by Maven with the project's Python
+#   ($INGEST_PROJECT_PYTHON, default .venv/bin/python)
 #   the SQLite JDBC driver for Iceberg's JdbcCatalog: Debian libxerial-sqlite-jdbc-java
 #   (installed when missing and running as root; $INGEST_SQLITE_JDBC_JAR overrides the jar)
 # Idempotent and quick once set up (a stamp in the venv records the pins it was built with).
-# Prints python=, iceberg_jar=, sqlite_jdbc_jar= lines; when something cannot be had it prints
-# one line naming it to stderr and exits 1. tests/test_jvm_iceberg_reader.py runs it (the slow
-# suite); tests/jvm_reader/read_iceberg.py is the reader.
+# Prints python=, iceberg_jar=, hudi_jar=, sqlite_jdbc_jar= lines; when something cannot be had
+# it prints one line naming it to stderr and exits 1. tests/test_jvm_iceberg_reader.py and
+# tests/test_jvm_hudi_reader.py run it (the slow suite); tests/jvm_reader/ holds the readers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${INGEST_JVM_READER_PYTHON:-${PYTHON:-python3}}"  # PySpark 3.5 wants Python <= 3.11
 VENV="${INGEST_JVM_READER_VENV:-$ROOT/.jvm-reader/venv}"
+PROJECT_PY="${INGEST_PROJECT_PYTHON:-$ROOT/.venv/bin/python}"
 PYSPARK_PIN="pyspark==3.5.7"
-ICEBERG_PIN="snowpark-connect-deps-iceberg==1.0.2"
 SQLITE_DEB="libxerial-sqlite-jdbc-java"
 stamp="$VENV/.jvm-reader-installed"
 
 missing() { echo "jvm-reader-env: missing $*" >&2; exit 1; }
-
-find_iceberg_jar() {
-  local site
-  for site in "$VENV"/lib/python3*/site-packages; do
-    [ -d "$site" ] || continue
-    find "$site" -name 'iceberg-spark-runtime-3.5_2.12-*.jar' -print -quit 2>/dev/null
-  done | head -n1
-}
 
 find_sqlite_jar() {
   if [ -n "${INGEST_SQLITE_JDBC_JAR:-}" ]; then
@@ -65,9 +60,8 @@ elif [ -z "$sqlite_jar" ]; then
 fi
 
 # The reader's own virtual environment.
-pins="$PYSPARK_PIN $ICEBERG_PIN"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ] || [ ! -x "$VENV/bin/python" ] \
-  || [ -z "$(find_iceberg_jar)" ]; then
+pins="$PYSPARK_PIN"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ] || [ ! -x "$VENV/bin/python" ]; then
   mkdir -p "$(dirname "$VENV")"
   # keep the reader's environment out of git status (the project's .gitignore is not ours)
   [ "$VENV" = "$ROOT/.jvm-reader/venv" ] && [ ! -f "$ROOT/.jvm-reader/.gitignore" ] \
@@ -78,16 +72,22 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ] || [ ! -x "$VENV/bin/python" ] \
   log="$(dirname "$VENV")/pip-install.log"
   echo "jvm-reader-env: installing $pins into $VENV (first run: a minute or more)" >&2
   if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    "$PYSPARK_PIN" "$ICEBERG_PIN" >"$log" 2>&1; then
+    "$PYSPARK_PIN" >"$log" 2>&1; then
     last="$(grep -E 'ERROR|Error' "$log" | tail -n1 | cut -c1-200)"
-    missing "$PYSPARK_PIN / $ICEBERG_PIN: pip install failed (PyPI unreachable?): ${last:-see $log}"
+    missing "$PYSPARK_PIN: pip install failed (PyPI unreachable?): ${last:-see $log}"
   fi
-  [ -n "$(find_iceberg_jar)" ] \
-    || missing "iceberg-spark-runtime-3.5_2.12 jar in $ICEBERG_PIN (installed without it)"
   echo "$pins" >"$stamp"
 fi
 
-iceberg_jar="$(find_iceberg_jar)"
+# The readers' jars, from the project's one JVM manifest (fetched once, then reused).
+[ -x "$PROJECT_PY" ] || missing "the project's Python $PROJECT_PY (run scripts/bootstrap.sh)"
+jars="$(cd "$ROOT" && "$PROJECT_PY" -m pipeline.tools.jvm fetch jvm-reader 2>&1)" \
+  || missing "the jvm-reader jars: ${jars##*error: }"
+dir="${jars##*jvm-reader in }"
+iceberg_jar="$(find "$dir" -name 'iceberg-spark-runtime-3.5_2.12-*.jar' -print -quit)"
+hudi_jar="$(find "$dir" -name 'hudi-spark3.5-bundle_2.12-*.jar' -print -quit)"
+[ -n "$iceberg_jar" ] && [ -n "$hudi_jar" ] || missing "the reader jars in $dir"
 echo "python=$VENV/bin/python"
 echo "iceberg_jar=$iceberg_jar"
+echo "hudi_jar=$hudi_jar"
 echo "sqlite_jdbc_jar=$sqlite_jar"

@@ -1,5 +1,5 @@
 """Shared fixtures: real Apache Kafka (one node, and three for broker faults), one local
-SparkSession and a SeaweedFS S3 server.
+SparkSession, a SeaweedFS S3 server and the independent JVM readers' environment.
 
 Helpers the test modules import live in the ``support`` package (``tests/support/``).
 """
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.jvm_readers import reader_paths
 from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker, start_cluster
 from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
 
@@ -47,3 +48,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         pytest.skip(f"no S3-compatible server: {e}")
     yield server
     gen.close()
+
+
+@pytest.fixture(scope="session")
+def jvm_reader() -> dict[str, str]:
+    """Paths of the JVM readers' environment (``python``, ``iceberg_jar``, ``hudi_jar``,
+    ``sqlite_jdbc_jar``), built on first use."""
+    return reader_paths()

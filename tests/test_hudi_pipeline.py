@@ -9,18 +9,14 @@ dead-letter table together, as read by hudi-rs -- an independent Hudi reader.
 * Crash points: ``ingest run`` subprocesses SIGKILLed at every named fault point
   (``INGEST_FAULT=<point>:kill``), restarted (``slow``); a task attempt killed mid-write.
   Recommit without recompute: tests/test_hudi_s3.py and the drills.
-* Spark's own Hudi reader (extended: no Hudi bundle exists for the project's Spark),
-  when a bundle is on the classpath or in HUDI_SPARK_BUNDLE.
+* Hudi's own Spark datasource reading these tables: tests/test_jvm_hudi_reader.py.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -47,7 +43,6 @@ from pipeline.tools.generator import GeneratorSpec, produce
 
 hudi = pytest.importorskip("hudi")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def hudi_config(tmp: Path, bootstrap: str, topic: str, **source: Any) -> dict[str, Any]:
@@ -199,71 +194,3 @@ def test_worker_killed_mid_write_leaves_no_duplicate(
     _check_clean(tmp_path, config)
     assert "stray file(s) of failed task attempts deleted" in r.stdout  # the log stream
 
-
-# -- Spark's own Hudi reader (optional) --------------------------------------------------------
-
-_JVM_READ = """
-import json, sys
-from pyspark.sql import SparkSession
-jar, base = sys.argv[1], sys.argv[2]
-spark = (
-    SparkSession.builder.master("local[1]")
-    .config("spark.jars", jar)
-    .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-    .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
-    .getOrCreate()
-)
-df = spark.read.format("hudi").load(base)
-rows = df.select("_kafka_topic", "_kafka_partition", "_kafka_offset").collect()
-print(json.dumps([[r[0], r[1], r[2]] for r in rows]))
-"""
-
-
-def _hudi_bundle(spark: Any) -> str | None:
-    """A Hudi Spark bundle jar: on the shared session's classpath, or HUDI_SPARK_BUNDLE."""
-    try:
-        spark._jvm.java.lang.Class.forName("org.apache.hudi.DefaultSource")
-        return "classpath"
-    except Exception:
-        pass
-    jar = os.environ.get("HUDI_SPARK_BUNDLE", "")
-    return jar if jar and Path(jar).is_file() else None
-
-
-# Not in CI (extended): no Hudi Spark bundle is built for the project's Spark (4.3), and
-# Maven Central, as this project reaches it, serves Hudi bundles for Spark 3.5 only
-# (hudi-spark3.5-bundle_2.12); none for Spark 4.x. It runs where one is given.
-@pytest.mark.extended
-def test_spark_hudi_reader_reads_the_native_table(
-    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
-) -> None:
-    bundle = _hudi_bundle(spark)
-    if bundle is None:
-        pytest.skip(
-            "no Hudi Spark bundle for this PySpark's Spark on the classpath or in "
-            "HUDI_SPARK_BUNDLE (Maven Central serves Hudi bundles for Spark 3.5 only)"
-        )
-    topic = kafka_broker.new_topic("hudi-jvm", 2)
-    r1 = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=600, seed=91))
-    cfg = parse_config(hudi_config(tmp_path, kafka_broker.bootstrap_servers, topic))
-    Pipeline(cfg, spark).run()
-    main = tmp_path / "lake" / "events"
-    if bundle == "classpath":
-        df = spark.read.format("hudi").load(str(main))
-        got = [
-            (r[0], r[1], r[2])
-            for r in df.select("_kafka_topic", "_kafka_partition", "_kafka_offset").collect()
-        ]
-    else:
-        out = subprocess.run(
-            [sys.executable, "-c", _JVM_READ, bundle, str(main)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=ROOT,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        got = [tuple(x) for x in json.loads(out.stdout.strip().splitlines()[-1])]
-    dead = hudi_coords(tmp_path / "lake" / "events_dead_letter")
-    assert Counter(got) + dead == produced(r1)  # Spark's Hudi reader: exactly once too
-    assert Counter(got) == coords(tmp_path) - dead  # the same rows hudi-rs reads

@@ -20,7 +20,6 @@ offset ranges its summary records.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from support.drivers import (
     run_driver_ok,
     write_config,
 )
+from support.jvm_readers import reader_process_env
 from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.app import Pipeline
@@ -48,7 +48,6 @@ from pipeline.commit.maintenance import COMPACTION_KEY
 from pipeline.config import load_config, parse_config
 from pipeline.tools.generator import GeneratorSpec, produce
 
-ENV_SCRIPT = ROOT / "scripts" / "jvm-reader-env.sh"
 READER = ROOT / "tests" / "jvm_reader" / "read_iceberg.py"
 CATALOG = "lake"  # pyiceberg's catalog name = the Spark catalog's: JdbcCatalog keys rows by it
 _MID = datetime(2024, 6, 1, 0, 0, 20, tzinfo=UTC)  # the generator's events span 2024-06-01 00:00
@@ -66,29 +65,6 @@ WHERE: dict[str, tuple[set[str], Callable[[dict[str, Any]], bool]]] = {
     "session_id < '8'": ({"session_id"}, lambda r: r["session_id"] < "8"),  # truncated bounds
     "error IS NOT NULL": ({"error"}, lambda r: r["error"] is not None),
 }
-
-
-@pytest.fixture(scope="module")
-def jvm_reader() -> dict[str, str]:
-    """Paths of the reader environment (``python``, ``iceberg_jar``, ``sqlite_jdbc_jar``),
-    built on first use; the test skips naming what is missing when it cannot be built."""
-    try:
-        r = subprocess.run(
-            ["bash", str(ENV_SCRIPT)], capture_output=True, text=True, timeout=420, cwd=ROOT
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("JVM Iceberg reader environment: scripts/jvm-reader-env.sh timed out")
-    if r.returncode != 0:
-        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-        pytest.skip(f"JVM Iceberg reader environment: {lines[-1] if lines else r.returncode}")
-    return dict(ln.split("=", 1) for ln in r.stdout.splitlines() if "=" in ln)
-
-
-def _reader_env() -> dict[str, str]:
-    """This environment without what points Python or Spark at the project's PySpark 4."""
-    drop = {"SPARK_HOME", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "SPARK_CONF_DIR"}
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("PYSPARK_")}
-    return {**env, "PYTHONNOUSERSITE": "1"}
 
 
 def _run_reader(env: dict[str, str], warehouse: Path, *args: str) -> Any:
@@ -113,7 +89,7 @@ def _run_reader(env: dict[str, str], warehouse: Path, *args: str) -> Any:
         text=True,
         timeout=300,
         cwd=ROOT,
-        env=_reader_env(),
+        env=reader_process_env(),
     )
 
 

@@ -1,0 +1,184 @@
+"""Hudi's own Spark datasource (a JVM engine we never write with) reads our Hudi tables.
+
+The native copy-on-write writer's tables must read in Hudi's engine as in hudi-rs. Hudi's
+Spark bundle is built for Spark 3.5 only on Maven Central (none for the project's Spark), so
+``tests/jvm_reader/read_hudi.py`` runs in the readers' own environment
+(``scripts/jvm-reader-env.sh``: PySpark 3.5.7 + ``hudi-spark3.5-bundle_2.12`` 1.2.0).
+
+1. A partitioned table with dead letters, a driver SIGKILLed after pre-committing a batch
+   (the restart recommits it), and ``ingest compact`` beside the pending instant and again at
+   the end (``replacecommit``s): a snapshot query returns the (topic, partition, offset) set
+   hudi-rs and Kafka have; Hudi's timeline API lists every commit with our checkpoint in its
+   extra metadata; an incremental query of each batch commit returns exactly the offset
+   ranges that commit records, and of a compaction nothing; time travel as of each commit
+   counts the rows committed up to it.
+2. A table evolved over three restarts (a struct field and a map added, int → long and float
+   → double, a column made optional, a column added): every row reads as hudi-rs reads it,
+   with nulls where a column did not exist yet.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.drivers import (
+    ROOT,
+    Coord,
+    hudi_coords,
+    hudi_read,
+    pipeline_config,
+    produced,
+    run_cli,
+    run_driver_killed,
+    run_driver_ok,
+    write_config,
+)
+from support.jvm_readers import reader_process_env
+from support.kafka_fixtures import KafkaTestBroker
+
+from pipeline.app import Pipeline
+from pipeline.commit.checkpoint import PIPELINE_ID_KEY
+from pipeline.commit.maintenance import COMPACTION_KEY
+from pipeline.config import parse_config
+from pipeline.tools.generator import GeneratorSpec, produce
+
+READER = ROOT / "tests" / "jvm_reader" / "read_hudi.py"
+
+
+def _read(env: dict[str, str], *bases: Path, rows: bool = False) -> dict[str, dict[str, Any]]:
+    """``read_hudi.py`` on ``bases``: its JSON document per table, by base path."""
+    flags = ["--rows"] if rows else ["--commits"]
+    r = subprocess.run(
+        [env["python"], str(READER), "--hudi-jar", env["hudi_jar"], *flags, *map(str, bases)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        cwd=ROOT,
+        env=reader_process_env(),
+    )
+    docs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert r.returncode == 0 and len(docs) == len(bases), (r.stdout[-2000:], r.stderr[-3000:])
+    return {d["table"]: d for d in docs}
+
+
+def _coords(rows: list[list[Any]]) -> Counter[Coord]:
+    return Counter((t, p, o) for t, p, o in rows)
+
+
+def _check_commits(*docs: dict[str, Any]) -> int:
+    """Per table: each batch commit's incremental rows are exactly its recorded ranges (main
+    and dead letters together), a compaction's are none, and time travel counts rows so far.
+    Returns the number of batch commits."""
+    batches: dict[tuple[str, str], Counter[Coord]] = {}
+    ranges: dict[tuple[str, str], str] = {}
+    for doc in docs:
+        total = 0
+        for commit in doc["commits"]:
+            extra, got = commit["extra"], _coords(commit["incremental"])
+            if commit["action"] == "replacecommit":
+                assert extra.get(COMPACTION_KEY) == "true" and not got, commit["instant"]
+            else:
+                assert PIPELINE_ID_KEY in extra, commit
+                key = (extra["ingest.incarnation"], extra["ingest.batch-id"])
+                assert ranges.setdefault(key, extra["ingest.ranges"]) == extra["ingest.ranges"]
+                batches[key] = batches.get(key, Counter()) + got
+                total += sum(got.values())
+            assert commit["as_of_rows"] == total, commit["instant"]
+        assert total == doc["rows"]
+    for key, text in ranges.items():
+        want = Counter(
+            (t, int(p), o)
+            for t, parts in json.loads(text).items()
+            for p, (a, b) in parts.items()
+            for o in range(a, b)
+        )
+        assert batches[key] == want, key
+    return len(ranges)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
+    jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic("jvm-hudi", 3)
+    main, dead = tmp_path / "lake" / "events", tmp_path / "lake" / "events_dead_letter"
+    sink = {
+        "format": "hudi",
+        "table": "db.events",
+        "hudi": {"basePath": str(main), "partitionFields": ["country"]},
+    }
+    cfg = pipeline_config(tmp_path, bootstrap, topic, sink, source={"maxRecordsPerTrigger": 400})
+    config = write_config(tmp_path, cfg)
+    bad = 0.05  # malformed: dead-letter rows
+    results = [
+        produce(bootstrap, topic, GeneratorSpec(count=900, malformed_fraction=bad, seed=171))
+    ]
+    run_driver_killed(config, "after-precommit:kill@1")  # batch 1 pending, files staged
+    compacted = run_cli("compact", "--config", str(config), "--min-input-files", "2")
+    assert compacted.returncode == 0 and "compacted" in compacted.stdout, compacted.stdout
+    results.append(
+        produce(bootstrap, topic, GeneratorSpec(count=500, malformed_fraction=bad, seed=172))
+    )
+    recovered = run_driver_ok(config)  # recommits batch 1 without recomputing it, drains
+    assert "batch 1 recommitted" in recovered.stdout, recovered.stdout[-3000:]
+    compacted = run_cli("compact", "--config", str(config), "--min-input-files", "2")
+    assert compacted.returncode == 0 and "compacted" in compacted.stdout, compacted.stdout
+    assert hudi_coords(main, dead) == produced(*results)  # exactly once (hudi-rs)
+
+    docs = _read(jvm_reader, main, dead)
+    ours, theirs = docs[str(main)], docs[str(dead)]
+    assert _coords(ours["coords"]) == hudi_coords(main)
+    assert _coords(theirs["coords"]) == hudi_coords(dead)
+    assert _coords(ours["coords"]) + _coords(theirs["coords"]) == produced(*results)
+    assert "replacecommit" in {c["action"] for c in ours["commits"]}
+    assert _check_commits(ours, theirs) >= 4
+
+
+def _canonical(row: dict[str, Any]) -> tuple[Any, ...]:
+    """One row of the evolved table as every reader must agree on it."""
+    device = row.get("device") or {}
+    tags = row.get("tags")
+    pairs = sorted(tags.items()) if isinstance(tags, dict) else sorted(tags) if tags else None
+    price = row.get("price")
+    return (
+        row["_kafka_topic"],
+        row["_kafka_partition"],
+        row["_kafka_offset"],
+        row["id"],
+        row.get("name"),
+        None if price is None else round(float(price), 3),
+        device.get("id"),
+        device.get("model"),
+        pairs or None,
+        row.get("note"),
+    )
+
+
+@pytest.mark.slow
+def test_hudi_spark_reads_an_evolved_nested_table_as_hudi_rs_does(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, jvm_reader: dict[str, str]
+) -> None:
+    from tests.test_schema_evolution import V1, V2, V3_HUDI, _produce, _sink
+
+    topic = kafka_broker.new_topic("jvm-hudi-evolved", 2)
+    bootstrap = kafka_broker.bootstrap_servers
+    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, "hudi"))
+    for phase, schema in enumerate([V1, V2, V3_HUDI], start=1):
+        _produce(bootstrap, topic, 1000 * phase, 60, phase, rename=False)
+        data["decode"] = {"schema": schema}
+        Pipeline(parse_config(data), spark).run(timeout_s=180)
+    base = tmp_path / "h"
+    ours = sorted(_canonical(r) for r in hudi_read(base).to_pylist())
+    doc = _read(jvm_reader, base, rows=True)[str(base)]
+    theirs = sorted(_canonical(json.loads(r)) for r in doc["rows_json"])
+    assert len(ours) == 180 and theirs == ours
+    assert "id:bigint" in doc["schema"] and "price:double" in doc["schema"]
+    assert sum(r[7] is None for r in ours) == 60  # device.model: null before phase 2
+    assert sum(r[9] is None for r in ours) == 120  # note: null before phase 3

@@ -51,8 +51,18 @@ def jvm_home() -> Path:
 
 
 def manifest_sets() -> dict[str, list[str]]:
-    """Set name -> its artifacts as ``group:artifact:version`` (properties resolved)."""
-    root = ET.parse(MANIFEST).getroot()
+    """Set name -> its artifacts as ``group:artifact:version[:type:classifier]``."""
+    return {name: [coords for coords, _ in deps] for name, deps in _profiles().items()}
+
+
+def _profiles() -> dict[str, list[tuple[str, bool]]]:
+    """Set name -> (coordinates, standalone) per dependency, properties resolved. A
+    standalone artifact excludes all its dependencies (``*:*``): a distribution that carries
+    its own jars, fetched alone, without reading its POM's parents."""
+    try:
+        root = ET.parse(MANIFEST).getroot()
+    except (OSError, ET.ParseError) as e:
+        raise JvmDependencyError(f"cannot read the JVM manifest {MANIFEST}: {e}") from None
     props = {
         el.tag.split("}")[1]: (el.text or "").strip()
         for el in root.findall("m:properties/*", _POM_NS)
@@ -62,14 +72,25 @@ def manifest_sets() -> dict[str, list[str]]:
         raw = (el.findtext(f"m:{name}", default="", namespaces=_POM_NS) or "").strip()
         return re.sub(r"\$\{([^}]+)\}", lambda m: props.get(m.group(1), m.group(0)), raw)
 
-    out: dict[str, list[str]] = {}
-    for profile in root.findall("m:profiles/m:profile", _POM_NS):
-        deps = profile.findall("m:dependencies/m:dependency", _POM_NS)
-        name = text(profile, "id")
-        out[name] = [
-            f"{text(d, 'groupId')}:{text(d, 'artifactId')}:{text(d, 'version')}" for d in deps
+    def coords(d: ET.Element) -> str:
+        parts = [text(d, "groupId"), text(d, "artifactId"), text(d, "version")]
+        if text(d, "classifier"):
+            parts += [text(d, "type") or "jar", text(d, "classifier")]
+        return ":".join(parts)
+
+    def standalone(d: ET.Element) -> bool:
+        return any(
+            text(x, "groupId") == "*" and text(x, "artifactId") == "*"
+            for x in d.findall("m:exclusions/m:exclusion", _POM_NS)
+        )
+
+    return {
+        text(profile, "id"): [
+            (coords(d), standalone(d))
+            for d in profile.findall("m:dependencies/m:dependency", _POM_NS)
         ]
-    return out
+        for profile in root.findall("m:profiles/m:profile", _POM_NS)
+    }
 
 
 def _digest() -> str:
@@ -82,7 +103,8 @@ def set_dir(name: str) -> Path:
 
 def fetch(name: str, *, quiet: bool = True) -> Path:
     """The directory of set ``name``'s jars, fetched with Maven when not there yet."""
-    sets = manifest_sets()
+    profiles = _profiles()
+    sets = {n: [c for c, _ in deps] for n, deps in profiles.items()}
     if name not in sets:
         raise JvmDependencyError(
             f"no JVM dependency set {name!r} in {MANIFEST} (sets: {', '.join(sorted(sets))})"
@@ -99,27 +121,22 @@ def fetch(name: str, *, quiet: bool = True) -> Path:
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    cmd = [
-        mvn,
-        "-B",
-        *(["-q"] if quiet else []),
-        "-f",
-        str(MANIFEST),
-        "-P",
-        name,
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={staging}",
-    ]
+    base = [mvn, "-B", *(["-q"] if quiet else []), "-f", str(MANIFEST)]
+    out = f"-DoutputDirectory={staging}"
+    if all(alone for _, alone in profiles[name]):  # each artifact alone, no POM read
+        cmds = [[*base, "dependency:copy", f"-Dartifact={c}", out] for c, _ in profiles[name]]
+    else:
+        cmds = [[*base, "-P", name, "dependency:copy-dependencies", "-DincludeScope=runtime", out]]
     try:
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S, check=False
-        )
-        if done.returncode != 0:
-            raise JvmDependencyError(
-                f"could not fetch the JVM set {name!r} ({what}) from Maven Central: "
-                f"{_maven_error(done.stdout + done.stderr)}"
+        for cmd in cmds:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S, check=False
             )
+            if done.returncode != 0:
+                raise JvmDependencyError(
+                    f"could not fetch the JVM set {name!r} ({what}) from Maven Central: "
+                    f"{_maven_error(done.stdout + done.stderr)}"
+                )
         (staging / _COMPLETE).write_text(what + "\n")
         staging.chmod(0o755)  # mkdtemp makes it 0700: other users (an image's) read it too
         try:

@@ -60,8 +60,10 @@ def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
 class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
         from pipeline.commit.faults import FaultPoints
+        from pipeline.decode.registry.table_schema import resolve_registry_schema
         from pipeline.formats.registry import table_format
 
+        cfg = resolve_registry_schema(cfg)  # a registry format: its columns, pinned
         fmt = table_format(cfg)
         check_locally(cfg, spark)
         self.cfg = cfg

@@ -42,6 +42,13 @@ class BrokerUnavailableError(PipelineError):
     code = "broker-unavailable"
 
 
+class RegistryUnavailable(PipelineError):
+    """The Schema Registry did not answer within ``decode.registry.retrySeconds``, or
+    refused the pipeline's requests (authentication, permissions)."""
+
+    code = "registry-unavailable"
+
+
 class DataLossError(PipelineError):
     """Offsets we must read are gone from Kafka (retention) and failOnDataLoss is true."""
 

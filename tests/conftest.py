@@ -1,5 +1,6 @@
 """Shared fixtures: real Apache Kafka (one node, and three for broker faults), one local
-SparkSession, a SeaweedFS S3 server and the independent JVM readers' environment.
+SparkSession, a SeaweedFS S3 server, a Schema Registry and the independent JVM readers'
+environment.
 
 Helpers the test modules import live in the ``support`` package (``tests/support/``).
 """
@@ -13,7 +14,10 @@ from typing import Any
 import pytest
 from support.jvm_readers import reader_paths
 from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker, start_cluster
+from support.registry_fixtures import registry_server
 from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
+
+from pipeline.tools.registry import SchemaRegistryServer
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +59,9 @@ def jvm_reader() -> dict[str, str]:
     """Paths of the JVM readers' environment (``python``, ``iceberg_jar``, ``hudi_jar``,
     ``sqlite_jdbc_jar``), built on first use."""
     return reader_paths()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
+    """A real Schema Registry (Apicurio, Confluent-compatible API) for the session."""
+    yield from registry_server(tmp_path_factory.mktemp("registry"))

@@ -46,6 +46,7 @@ from pipeline.columns import Column
 from pipeline.config import DecodeConfig
 from pipeline.decode.arrow_types import arrow_type, fast_type, finish, has_map
 from pipeline.decode.json_values import MALFORMED, RecordParser, required_message
+from pipeline.decode.registry.avro import AvroValues
 from pipeline.decode.spark import ERROR_COL, KAFKA_COLS, decoded_columns
 from pipeline.decode.unknown_fields import (
     UNKNOWN_COL,
@@ -96,6 +97,11 @@ class ArrowDecoder:
         return RecordParser(self.columns)
 
     @cached_property
+    def avro(self) -> AvroValues:
+        assert self.cfg.registry is not None
+        return AvroValues(self.cfg.registry, self.columns)
+
+    @cached_property
     def known(self) -> frozenset[str]:
         return frozenset(c.name for c in self.columns)
 
@@ -127,11 +133,15 @@ class ArrowDecoder:
             none = pa.nulls(n, UNKNOWN_TYPE)
             return self._assemble(raw, raw_names, coords, error, too_big, none, key, value, headers)
 
-        data, error, unknown = self._decode_json(value, too_big, big_msg)
         names = [c.name for c in self.columns]
+        if self.cfg.registry_format:
+            data, error, unknown = self.avro.decode(value.to_pylist(), too_big.to_pylist(), big_msg)
+        else:
+            data, error, unknown = self._decode_json(value, too_big, big_msg)
         error = apply_policy(error, unknown, self.cfg.unknown_fields == "dead-letter")
         bad = pc.is_valid(error)
-        error = refine_errors(error, value, self.parser)
+        if not self.cfg.registry_format:
+            error = refine_errors(error, value, self.parser)
         return self._assemble(data, names, coords, error, bad, unknown, key, value, headers)
 
     def _assemble(

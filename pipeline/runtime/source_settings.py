@@ -93,12 +93,33 @@ class SourceSettings:
         if isinstance(s.starting_offsets, dict):
             return json.dumps(s.starting_offsets)
         if s.starting_offsets != "table":
-            return s.starting_offsets
+            return self._pinned(s.starting_offsets)
         committed = self.main.committed_offsets(self.cfg.id)
         if committed:
             log.info("resuming from the table's committed offsets %s", committed.to_json())
             return committed.to_json()  # partitions not listed start at earliest
-        return s.starting_offsets_fallback
+        return self._pinned(s.starting_offsets_fallback)
+
+    def _pinned(self, choice: str) -> str:
+        """``earliest``/``latest`` as explicit offsets, for a registry format: its records
+        are decoded by the tasks (the arrow engine), which need the first batch's start,
+        and only explicit offsets give one (:meth:`explicit_start`). Kept as they are for
+        JSON, whose first batch Spark may decode, and for a topic pattern (partitions are
+        found later)."""
+        s = self.cfg.source
+        if not self.cfg.decode.registry_format or s.topic_pattern:
+            return choice
+        from pipeline.kafka.client import KafkaMetadata
+
+        md = KafkaMetadata(self.consumer_conf(), timeout_s=15)
+        if s.assign:
+            tps = [TopicPartition(t, p) for t, parts in s.assign.items() for p in parts]
+        else:
+            counts = md.topic_partitions(s.topics or [])
+            tps = [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
+        found = md.offsets(tps)
+        start = {tp: (o.low if choice == "earliest" else o.high) for tp, o in found.items()}
+        return PartitionOffsets(start).to_json()
 
     def explicit_start(self, end: PartitionOffsets) -> PartitionOffsets | None:
         """Start of a checkpoint's first batch when the source's initial offsets are

@@ -1,0 +1,173 @@
+"""Avro values in the Confluent wire format → the table's columns, one batch at a time.
+
+A value is ``0x00``, a 4-byte big-endian schema id, then the Avro binary encoding of one datum
+written with that schema. Each value is read with its own writer schema (from the registry,
+by id) and resolved to the table's schema (the *reader* schema: the subject's version the
+table was built from) by Avro's resolution rules: fields the writer lacks take the reader's
+default, promotions (int → long, float → double …) apply.
+
+Per record, one call to fastavro's compiled reader; the decoded records become Arrow in one
+conversion per batch (``pa.array`` of the row dicts against the table's struct type).
+
+Reasons a record goes to the dead letters (``_error``), each naming what failed:
+  * ``null value``; larger than ``decode.maxRecordBytes``;
+  * ``not in the Confluent wire format`` (no magic byte, too short);
+  * ``schema id N: not in the registry`` / ``... is a PROTOBUF schema, not Avro``;
+  * ``schema id N: does not decode: ...`` (truncated or corrupt payload) and
+    ``schema id N: cannot be read as the table's schema: ...`` (resolution fails).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.columns import Column
+from pipeline.config import RegistryConfig
+from pipeline.decode.arrow_types import arrow_type
+from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
+from pipeline.decode.unknown_fields import UNKNOWN_TYPE
+
+__all__ = ["AvroValues"]
+
+_MAGIC = 0
+
+
+@dataclass
+class _Writer:
+    """A writer schema by id: fastavro's parsed form, or why records with it are refused."""
+
+    parsed: Any = None
+    refused: str | None = None
+    unknown: list[str] | None = None  # its top-level fields the table's schema lacks
+
+
+@dataclass
+class AvroValues:
+    """Decodes one task's values; picklable (the registry client is made in the task)."""
+
+    registry: RegistryConfig  # its schemaId is the table's (reader) schema
+    columns: tuple[Column, ...]
+    _client: SchemaRegistry | None = field(default=None, repr=False)
+    _writers: dict[int, _Writer] = field(default_factory=dict, repr=False)
+    _reader: Any = field(default=None, repr=False)
+    _uuid: bool | None = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "registry": self.registry,
+            "columns": self.columns,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    def decode(
+        self, values: list[bytes | None], too_big: list[bool], big_msg: str
+    ) -> tuple[list[pa.Array], pa.Array, pa.Array]:
+        """(data columns, ``_error``, ``_unknown``), one row per value, in order. A record
+        written with a newer schema than the table's has fields the table lacks: Avro's
+        resolution drops them, and ``_unknown`` names them (``decode.unknownFields``)."""
+        rows: list[dict[str, Any] | None] = []
+        errors: list[str | None] = []
+        unknown: list[list[str] | None] = []
+        for raw, big in zip(values, too_big, strict=True):
+            row, err, extra = self._one(raw, big, big_msg)
+            rows.append(row)
+            errors.append(err)
+            unknown.append(extra)
+        struct = pa.struct([(c.name, arrow_type(c.type)) for c in self.columns])
+        table = pa.array(rows, type=struct)
+        data = [table.field(i) for i in range(len(self.columns))]
+        if table.null_count:  # a null row is a dead letter: its columns are null too
+            valid = table.is_valid()
+            data = [pc.if_else(valid, d, pa.nulls(len(d), d.type)) for d in data]
+        return data, pa.array(errors, pa.string()), pa.array(unknown, UNKNOWN_TYPE)
+
+    def _one(
+        self, raw: bytes | None, big: bool, big_msg: str
+    ) -> tuple[dict[str, Any] | None, str | None, list[str] | None]:
+        if raw is None:
+            return None, "null value", None
+        if big:
+            return None, big_msg, None
+        if len(raw) < 5 or raw[0] != _MAGIC:
+            return None, "not in the Confluent wire format (no magic byte and schema id)", None
+        schema_id = int.from_bytes(raw[1:5], "big")
+        writer = self._writer(schema_id)
+        if writer.refused is not None:
+            return None, writer.refused, None
+        buf = io.BytesIO(raw)
+        buf.seek(5)
+        try:
+            record = fastavro.schemaless_reader(buf, writer.parsed, self._parsed_reader())
+        except fastavro.read.SchemaResolutionError as e:
+            why = f"cannot be read as the table's schema: {e}"
+            return None, f"schema id {schema_id}: {why}", None
+        except Exception as e:  # truncated, corrupt: the payload is the record's problem
+            why = f"does not decode: {type(e).__name__}: {e}"
+            return None, f"schema id {schema_id}: {why}", None
+        if buf.tell() != len(raw):
+            why = f"does not decode: {len(raw) - buf.tell()} bytes left over"
+            return None, f"schema id {schema_id}: {why}", None
+        row: dict[str, Any] = _plain(record) if self._has_uuid() else record  # type: ignore[assignment]
+        return row, None, writer.unknown
+
+    def _writer(self, schema_id: int) -> _Writer:
+        found = self._writers.get(schema_id)
+        if found is not None:
+            return found
+        if self._client is None:
+            self._client = SchemaRegistry(self.registry)
+        try:
+            schema = self._client.by_id(schema_id)
+        except UnknownSchema:
+            found = _Writer(refused=f"schema id {schema_id}: not in the registry")
+        else:
+            if schema.schema_type.upper() != "AVRO":
+                found = _Writer(
+                    refused=f"schema id {schema_id}: is a {schema.schema_type} schema, not Avro"
+                )
+            else:
+                text = schema.parsed()
+                known = {f["name"] for f in self._reader_json()["fields"]}
+                extra = sorted({f["name"] for f in text["fields"]} - known)
+                found = _Writer(parsed=fastavro.parse_schema(text), unknown=extra or None)
+        self._writers[schema_id] = found
+        return found
+
+    def _reader_json(self) -> Any:
+        """The table's schema (parsed JSON), by its pinned id."""
+        if self._client is None:
+            self._client = SchemaRegistry(self.registry)
+        assert self.registry.schema_id is not None  # pinned at start (table_schema)
+        return self._client.by_id(self.registry.schema_id).parsed()
+
+    def _has_uuid(self) -> bool:
+        if self._uuid is None:
+            self._uuid = '"logicalType": "uuid"' in json.dumps(self._reader_json())
+        return self._uuid
+
+    def _parsed_reader(self) -> Any:
+        if self._reader is None:
+            self._reader = fastavro.parse_schema(self._reader_json())
+        return self._reader
+
+
+def _plain(value: Any) -> Any:
+    """fastavro's values as Arrow takes them: UUIDs (stored as strings) as strings. Only
+    for schemas with a ``uuid``: a walk over every value costs as much as the decode."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value

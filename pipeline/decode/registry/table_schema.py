@@ -1,0 +1,67 @@
+"""The table's columns for a registry format: looked up once at start.
+
+``decode.registry`` names a subject (by the strategy, from the first topic) and a version
+(pinned, or the latest at start), or pins a schema id. :func:`resolve_registry_schema`
+returns the configuration with that schema's id pinned and ``decode.schema`` set to its
+columns (:func:`pipeline.columns.avro.avro_fields`), so the rest of the pipeline — the
+tables, schema evolution on restart, ``ingest verify`` — reads it as a written schema, and
+every task reads records against the same schema id. Idempotent: a resolved configuration
+is returned as it is.
+"""
+
+from __future__ import annotations
+
+from pipeline.columns.avro import avro_fields
+from pipeline.config import FieldConfig, PipelineConfig
+from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
+from pipeline.errors import ConfigError
+
+__all__ = ["resolve_registry_schema"]
+
+
+def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
+    decode = cfg.decode
+    if not decode.registry_format or decode.schema_:
+        return cfg
+    reg = decode.registry
+    assert reg is not None  # the config's validation requires it for a registry format
+    if decode.format != "avro":
+        raise ConfigError(f"decode.format {decode.format} is not supported yet (avro is)")
+    client = SchemaRegistry(reg)
+    try:
+        if reg.schema_id is not None:
+            schema = client.by_id(reg.schema_id)
+        else:
+            topic = "" if reg.subject_strategy == "record-name" else _first_topic(cfg)
+            schema = client.table_schema(topic)
+    except UnknownSchema as e:
+        raise ConfigError(f"decode.registry: {e}") from None
+    if schema.schema_type.upper() != "AVRO":
+        raise ConfigError(
+            f"decode.registry: schema id {schema.schema_id} is a {schema.schema_type} schema, "
+            "but decode.format is avro"
+        )
+    fields = [
+        FieldConfig(
+            name=f.name,
+            type=f.type if isinstance(f.type, str) else dict(f.type),
+            required=f.required,
+            doc=f.doc,
+        )
+        for f in avro_fields(schema.parsed())
+    ]
+    pinned = reg.model_copy(update={"schema_id": schema.schema_id})
+    return cfg.model_copy(
+        update={"decode": decode.model_copy(update={"registry": pinned, "schema_": fields})}
+    )
+
+
+def _first_topic(cfg: PipelineConfig) -> str:
+    src = cfg.source
+    topics = sorted(src.topics or src.assign or [])
+    if not topics:
+        raise ConfigError(
+            "decode.registry: with source.topicPattern the table's schema needs "
+            "decode.registry.schemaId, or subjectStrategy record-name"
+        )
+    return topics[0]

@@ -1,0 +1,76 @@
+"""A real Schema Registry for the tests (Apicurio Registry from Maven Central, started by
+:mod:`pipeline.tools.registry`), and Avro producers in the Confluent wire format.
+
+When the registry cannot start the test skips naming why, or fails under
+``INGEST_REQUIRE_REGISTRY=1`` (set by the test command: the project fetches it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.errors import EnvironmentProblem
+from pipeline.tools.registry import SchemaRegistryServer, start_registry
+
+Coord = tuple[str, int, int]
+
+
+def registry_server(home: Path) -> Iterator[SchemaRegistryServer]:
+    try:
+        server = start_registry(home)
+    except EnvironmentProblem as e:
+        if os.environ.get("INGEST_REQUIRE_REGISTRY") == "1":
+            pytest.fail(f"Schema Registry required (INGEST_REQUIRE_REGISTRY=1): {e.message}")
+        pytest.skip(f"no Schema Registry: {e.message}")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def register(url: str, subject: str, schema: dict[str, Any]) -> int:
+    """Register an Avro ``schema`` under ``subject``; its id."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": url})
+    return int(client.register_schema(subject, Schema(json.dumps(schema), "AVRO")))
+
+
+def avro_bytes(schema_id: int, schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    """``record`` in the Confluent wire format: magic byte, schema id, Avro binary."""
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    buf.write(b"\x00" + schema_id.to_bytes(4, "big"))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+    return buf.getvalue()
+
+
+def produce_values(
+    bootstrap: str, topic: str, values: list[bytes], partitions: int = 2
+) -> list[Coord]:
+    """Produce ``values`` round-robin over ``partitions``; their coordinates, in order."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "5", "acks": "all"})
+    out: list[Coord | None] = [None] * len(values)
+    errors: list[Any] = []
+    for i, value in enumerate(values):
+
+        def cb(err: Any, msg: Any, i: int = i) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                out[i] = (msg.topic(), msg.partition(), msg.offset())
+
+        producer.produce(topic, value=value, partition=i % partitions, on_delivery=cb)
+    producer.flush(30)
+    assert not errors and all(c is not None for c in out), errors
+    return [c for c in out if c is not None]

@@ -1,0 +1,209 @@
+"""Avro topics in the Confluent wire format, with their schemas in a real Schema Registry
+(Apicurio, started by the test session), into Iceberg and Hudi.
+
+The table's columns come from the subject's latest version at first start (nested: a struct
+with a list, a list of structs, a map; a timestamp, a decimal, an enum). Records written
+with an older version are resolved to it by Avro's rules (a field the writer lacks takes
+its default). Every produced (topic, partition, offset) is in the main or the dead-letter
+table exactly once, and the values read back equal what was produced. Bad input lands in
+the dead letters with its reason: no magic byte, a schema id the registry does not know, a
+truncated payload, a schema the table's cannot read.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.drivers import arrow_coords, hudi_read, pipeline_config
+from support.kafka_fixtures import KafkaTestBroker
+from support.registry_fixtures import avro_bytes, produce_values, register
+
+from pipeline.app import Pipeline
+from pipeline.config import parse_config
+from pipeline.errors import ConfigError
+from pipeline.tools.registry import SchemaRegistryServer
+
+Coord = tuple[str, int, int]
+
+ITEM = {
+    "type": "record",
+    "name": "Item",
+    "fields": [
+        {"name": "sku", "type": "string"},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+        },
+    ],
+}
+V1: dict[str, Any] = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {
+            "name": "device",
+            "type": {
+                "type": "record",
+                "name": "Device",
+                "fields": [
+                    {"name": "id", "type": "string"},
+                    {"name": "patches", "type": {"type": "array", "items": "int"}},
+                ],
+            },
+        },
+        {"name": "items", "type": {"type": "array", "items": ITEM}},
+        {"name": "tags", "type": {"type": "map", "values": "string"}},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["WEB", "APP"]}},
+    ],
+}
+# v2 adds an optional field with a default: v1 records read it as null
+V2: dict[str, Any] = {
+    **V1,
+    "fields": [*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}],
+}
+T0 = datetime(2024, 6, 1, tzinfo=UTC)
+
+
+def _record(n: int, v2: bool) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": n,
+        "ts": T0 + timedelta(seconds=n),
+        "device": {"id": f"d{n % 7}", "patches": list(range(n % 3))},
+        "items": [
+            {"sku": f"s{n}-{i}", "price": decimal.Decimal(f"{n}.{i:02d}")} for i in range(n % 3)
+        ],
+        "tags": {"k": str(n % 5)} if n % 4 else {},
+        "kind": "APP" if n % 2 else "WEB",
+    }
+    if v2:
+        record["note"] = f"note {n}" if n % 3 else None
+    return record
+
+
+def _expected(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": record["id"],
+        "ts": record["ts"],
+        "device": record["device"],
+        "items": record["items"],
+        "tags": sorted(record["tags"].items()),
+        "kind": record["kind"],
+        "note": record.get("note"),
+    }
+
+
+def _as_read(row: dict[str, Any]) -> dict[str, Any]:
+    tags = row["tags"]
+    return {
+        "id": row["id"],
+        "ts": row["ts"].astimezone(UTC),
+        "device": row["device"],
+        "items": row["items"],
+        "tags": sorted(tags.items()) if isinstance(tags, dict) else sorted(tags),
+        "kind": row["kind"],
+        "note": row["note"],
+    }
+
+
+def _sink(tmp: Path, table_format: str) -> dict[str, Any]:
+    if table_format == "iceberg":
+        return {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.orders"}
+    return {"format": "hudi", "table": "db.orders", "hudi": {"basePath": str(tmp / "h")}}
+
+
+def _read(pipeline: Pipeline, tmp: Path, table_format: str) -> tuple[Any, Any]:
+    if table_format == "iceberg":
+        main, dead = pipeline.tables.main.table(), pipeline.tables.dead_letter.table()  # type: ignore[attr-defined]
+        return main.scan().to_arrow(), dead.scan().to_arrow()
+    return hudi_read(tmp / "h"), hudi_read(tmp / "h_dead_letter")
+
+
+@pytest.mark.parametrize("table_format", ["iceberg", "hudi"])
+def test_avro_records_of_two_versions_land_once_with_their_values(
+    spark: Any,
+    kafka_broker: KafkaTestBroker,
+    schema_registry: SchemaRegistryServer,
+    tmp_path: Path,
+    table_format: str,
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic(f"avro-{table_format}", 2)
+    subject = f"{topic}-value"
+    v1 = register(schema_registry.url, subject, V1)
+    v2 = register(schema_registry.url, subject, V2)
+    records = [_record(n, v2=n % 2 == 0) for n in range(300)]
+    values = [
+        avro_bytes(v2 if n % 2 == 0 else v1, V2 if n % 2 == 0 else V1, r)
+        for n, r in enumerate(records)
+    ]
+    good = values[:]
+    # bad input: no magic byte, an id the registry does not know, a truncated payload, and a
+    # schema the table cannot read (a required field of the table missing, no default)
+    other = register(
+        schema_registry.url,
+        f"{topic}-other",
+        {"type": "record", "name": "X", "fields": [{"name": "x", "type": "int"}]},
+    )
+    bad = {
+        b'{"id": 1}': "not in the Confluent wire format",
+        b"\x00" + (987654).to_bytes(4, "big") + b"\x02": "schema id 987654: not in the registry",
+        values[3][:-4]: f"schema id {v1}: does not decode",
+        avro_bytes(
+            other,
+            {"type": "record", "name": "X", "fields": [{"name": "x", "type": "int"}]},
+            {"x": 1},
+        ): (f"schema id {other}: cannot be read as the table's schema"),
+    }
+    coords = produce_values(bootstrap, topic, good + list(bad))
+    produced = dict(zip(coords, records, strict=False))
+    reasons_wanted = dict(zip(coords[len(good) :], bad.values(), strict=True))
+
+    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, table_format))
+    data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
+    pipeline = Pipeline(parse_config(data), spark)
+    assert pipeline.cfg.decode.registry is not None and pipeline.cfg.decode.registry.schema_id == v2
+    pipeline.run(timeout_s=180)
+
+    main, dead = _read(pipeline, tmp_path, table_format)
+    assert arrow_coords(main) + arrow_coords(dead) == Counter(coords)  # exactly once
+    got_reasons = dict(
+        zip(
+            zip(
+                *(
+                    dead[c].to_pylist()
+                    for c in ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+                ),
+                strict=True,
+            ),
+            dead["error"].to_pylist(),
+            strict=True,
+        )
+    )
+    assert set(got_reasons) == set(reasons_wanted)
+    for coord, reason in reasons_wanted.items():
+        assert got_reasons[coord].startswith(reason), (coord, got_reasons[coord])
+    rows = main.to_pylist()
+    by_coord = {(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]): r for r in rows}
+    assert {c: _as_read(by_coord[c]) for c in produced} == {
+        c: _expected(r) for c, r in produced.items()
+    }
+
+
+def test_a_subject_the_registry_does_not_know_is_one_line(
+    kafka_broker: KafkaTestBroker, schema_registry: SchemaRegistryServer, tmp_path: Path
+) -> None:
+    topic = kafka_broker.new_topic("avro-nosubject", 1)
+    data = pipeline_config(
+        tmp_path, kafka_broker.bootstrap_servers, topic, _sink(tmp_path, "iceberg")
+    )
+    data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
+    with pytest.raises(ConfigError, match=f"subject '{topic}-value': not in the registry"):
+        Pipeline(parse_config(data))

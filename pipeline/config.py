@@ -238,8 +238,6 @@ class DecodeConfig(_Model):
                     f"(got {self.engine})"
                 )
             return self
-        if self.registry is not None:
-            raise ValueError(f"decode.registry is used only by {', '.join(REGISTRY_FORMATS)}")
         if not self.raw and not self.schema_:
             raise ValueError("decode.schema must list the fields when decode.format is json")
         names = [f.name for f in self.schema_]

@@ -251,6 +251,29 @@ def enum_keys(model: type[BaseModel] = PipelineConfig, prefix: str = "") -> dict
 _COMPANIONS = {
     "sink.format=hudi": ["sink.hudi.basePath=/x"],
     "sink.format=both": ["sink.hudi.basePath=/x"],
+    **{
+        f"decode.format={f}": ["decode.schema=[]", "decode.registry.url=http://r"]
+        for f in ("avro", "protobuf", "json-schema")
+    },
+    "decode.registry.subjectStrategy=record-name": [
+        "decode.registry.url=http://r",
+        "decode.registry.recordName=shop.Order",
+    ],
+    "decode.registry.subjectStrategy=topic-record-name": [
+        "decode.registry.url=http://r",
+        "decode.registry.recordName=shop.Order",
+    ],
+    "decode.registry.subjectStrategy=topic-name": ["decode.registry.url=http://r"],
+    "decode.registry.version=latest": ["decode.registry.url=http://r"],
+    "decode.registry.auth.kind=basic": [
+        "decode.registry.url=http://r",
+        "decode.registry.auth.username=u",
+        "decode.registry.auth.password=p",
+    ],
+    "decode.registry.auth.kind=bearer": [
+        "decode.registry.url=http://r",
+        "decode.registry.auth.token=t",
+    ],
 }
 
 

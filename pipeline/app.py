@@ -61,9 +61,10 @@ class Pipeline:
     def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
         from pipeline.commit.faults import FaultPoints
         from pipeline.decode.registry.table_schema import resolve_registry_schema
+        from pipeline.decode.registry.watch import schema_watch
         from pipeline.formats.registry import table_format
 
-        cfg = resolve_registry_schema(cfg)  # a registry format: its columns, pinned
+        given, cfg = cfg, resolve_registry_schema(cfg)  # a registry format: columns, pinned
         fmt = table_format(cfg)
         check_locally(cfg, spark)
         self.cfg = cfg
@@ -109,6 +110,7 @@ class Pipeline:
             fence=self.fence,
             stop=self.stopping,
             spark=self._session.get,
+            schema_check=watch.check if (watch := schema_watch(given, cfg)) else None,
         )
         self.lease = LeaseHolder(
             cfg,
@@ -340,3 +342,45 @@ class Pipeline:
         except Exception as e:
             log.warning("background maintenance not started: %s", e)
             return None
+
+
+def run_following_registry(
+    cfg: PipelineConfig,
+    spark: Any | None = None,
+    *,
+    started: Callable[[Pipeline], None] | None = None,
+    **run_args: Any,
+) -> RunStats:
+    """``Pipeline(cfg).run(**run_args)``, started again each time a batch finds that the
+    table's registry subject has a new version (``[ingest:schema-advanced]``, raised before
+    the batch's side effects: :mod:`pipeline.decode.registry.watch`). Each start resolves
+    the subject's latest version, evolves the table's columns and replays that batch. The
+    returned stats add up the counts of every start. ``started`` gets each new pipeline
+    (the CLI's stop signal handler asks the current one to stop)."""
+    from pipeline.errors import find_pipeline_error
+
+    done = RunStats()
+    while True:
+        pipeline = Pipeline(cfg, spark)
+        if started is not None:
+            started(pipeline)
+        try:
+            stats = pipeline.run(**run_args)
+        except Exception as e:
+            line = find_pipeline_error(e, tagged=True) or ""
+            if not line.startswith("[ingest:schema-advanced]"):
+                raise
+            log.info("pipeline %s: %s", cfg.id, line)
+            stats = pipeline.stats
+            advanced = True
+        else:
+            advanced = False
+        done.batches += stats.batches
+        done.skipped += stats.skipped
+        done.records += stats.records
+        done.dead_letters += stats.dead_letters
+        done.recommitted += stats.recommitted
+        done.stop_requested = stats.stop_requested
+        done.stop_cut_short = stats.stop_cut_short
+        if not advanced or stats.stop_requested:
+            return done

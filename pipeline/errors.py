@@ -42,6 +42,14 @@ class BrokerUnavailableError(PipelineError):
     code = "broker-unavailable"
 
 
+class SchemaAdvanced(PipelineError):
+    """The registry holds a newer version of the table's subject than the table was built
+    from: raised on the driver before a batch has any side effect, so the run restarts the
+    query on the new version (the table evolves first) and reads the batch again."""
+
+    code = "schema-advanced"
+
+
 class RegistryUnavailable(PipelineError):
     """The Schema Registry did not answer within ``decode.registry.retrySeconds``, or
     refused the pipeline's requests (authentication, permissions)."""

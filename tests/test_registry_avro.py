@@ -13,6 +13,7 @@ truncated payload, a schema the table's cannot read.
 from __future__ import annotations
 
 import decimal
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -126,7 +127,7 @@ def _read(pipeline: Pipeline, tmp: Path, table_format: str) -> tuple[Any, Any]:
     return hudi_read(tmp / "h"), hudi_read(tmp / "h_dead_letter")
 
 
-@pytest.mark.parametrize("table_format", ["iceberg", "hudi"])
+@pytest.mark.parametrize("table_format", ["iceberg", pytest.param("hudi", marks=pytest.mark.slow)])
 def test_avro_records_of_two_versions_land_once_with_their_values(
     spark: Any,
     kafka_broker: KafkaTestBroker,
@@ -207,3 +208,129 @@ def test_a_subject_the_registry_does_not_know_is_one_line(
     data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
     with pytest.raises(ConfigError, match=f"subject '{topic}-value': not in the registry"):
         Pipeline(parse_config(data))
+
+
+# -- a subject that gets new versions while the pipeline runs -------------------------------
+
+E1: dict[str, Any] = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "count", "type": "int"},
+        {
+            "name": "device",
+            "type": {"type": "record", "name": "Dev", "fields": [{"name": "id", "type": "string"}]},
+        },
+    ],
+}
+# v2: an optional field added inside the struct (and one at the top level)
+E2: dict[str, Any] = {
+    **E1,
+    "fields": [
+        *E1["fields"][:2],
+        {
+            "name": "device",
+            "type": {
+                "type": "record",
+                "name": "Dev",
+                "fields": [
+                    {"name": "id", "type": "string"},
+                    {"name": "model", "type": ["null", "string"], "default": None},
+                ],
+            },
+        },
+        {"name": "source", "type": ["null", "string"], "default": None},
+    ],
+}
+# v3: int widened to long
+E3: dict[str, Any] = {
+    **E2,
+    "fields": [E2["fields"][0], {"name": "count", "type": "long"}, *E2["fields"][2:]],
+}
+
+
+def _event(n: int, version: int) -> dict[str, Any]:
+    e: dict[str, Any] = {"id": n, "count": n * 10, "device": {"id": f"d{n}"}}
+    if version >= 2:
+        e["device"]["model"] = f"m{n}"
+        e["source"] = "app"
+    if version == 3:
+        e["count"] = 3_000_000_000 + n  # needs the long
+    return e
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table_format", ["iceberg", "hudi"])
+def test_new_versions_while_running_evolve_the_table_once_and_lose_nothing(
+    spark: Any,
+    kafka_broker: KafkaTestBroker,
+    schema_registry: SchemaRegistryServer,
+    tmp_path: Path,
+    table_format: str,
+) -> None:
+    """Three versions registered while the pipeline runs, their records interleaved with
+    older writers': each new version restarts the query before the batch that could carry
+    it has a side effect, the table evolves once per version, and every record is in the
+    table once with the values its writer wrote (nulls for fields its version lacked)."""
+    from pipeline.app import run_following_registry
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic(f"avro-evolve-{table_format}", 2)
+    subject = f"{topic}-value"
+    ids = {1: register(schema_registry.url, subject, E1)}
+    schemas = {1: E1, 2: E2, 3: E3}
+    produced: dict[Coord, dict[str, Any]] = {}
+
+    def send(first: int, versions: list[int]) -> None:
+        records = [(_event(first + i, v), v) for i, v in enumerate(versions)]
+        values = [avro_bytes(ids[v], schemas[v], e) for e, v in records]
+        coords = produce_values(bootstrap, topic, values)
+        produced.update({c: e for c, (e, _) in zip(coords, records, strict=True)})
+
+    send(0, [1] * 40)
+    phase = {"n": 0, "at": time.monotonic()}
+
+    def tick(stats: Any) -> None:
+        if stats.batches < 1 or time.monotonic() - phase["at"] < 3:
+            return
+        if phase["n"] == 0:  # v2 registered; its records and v1's interleaved
+            ids[2] = register(schema_registry.url, subject, E2)
+            send(100, [2, 1] * 20)
+        elif phase["n"] == 1:
+            ids[3] = register(schema_registry.url, subject, E3)
+            send(200, [3, 2, 1] * 14)
+        else:
+            return
+        phase["n"] += 1
+        phase["at"] = time.monotonic()
+
+    def until(stats: Any) -> bool:
+        return phase["n"] == 2 and time.monotonic() - phase["at"] > 15
+
+    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, table_format))
+    data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
+    data["trigger"] = {"mode": "processing-time", "interval": "1 second"}
+    run_following_registry(parse_config(data), spark, tick=tick, until=until, timeout_s=240)
+
+    final = Pipeline(parse_config(data), spark)
+    assert final.cfg.decode.registry is not None and final.cfg.decode.registry.schema_id == ids[3]
+    main, dead = _read(final, tmp_path, table_format)
+    assert dead is None or dead.num_rows == 0
+    assert arrow_coords(main) == Counter(list(produced))  # every record once
+    by_coord = {
+        (r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]): r for r in main.to_pylist()
+    }
+    for coord, e in produced.items():
+        row = by_coord[coord]
+        assert (row["id"], row["count"], row["device"]["id"]) == (
+            e["id"],
+            e["count"],
+            e["device"]["id"],
+        )
+        assert row["device"]["model"] == e["device"].get("model")
+        assert row["source"] == e.get("source")
+    if table_format == "iceberg":
+        table = final.tables.main.table()  # type: ignore[attr-defined]
+        assert len(table.schemas()) == 3  # v1, then one evolution per new version
+        assert str(table.schema().find_field("count").field_type) == "long"

@@ -68,7 +68,7 @@ def run(
     """Run the pipeline described by --config until stopped (or until an
     available-now/once trigger has drained the source). Log lines go to stdout and the
     log file; stderr gets one line when the run stops on an error (exit 2)."""
-    from pipeline.app import Pipeline, check_locally
+    from pipeline.app import check_locally, run_following_registry
 
     cfg = load_config(config, [*(set_ or []), *(["ha.mode=standby"] if standby else [])])
     path = setup_logging("run", verbose=verbose, log_file=run_log_file(log_file, cfg))
@@ -96,11 +96,15 @@ def run(
         if pipeline is not None:
             pipeline.request_stop()
 
+    def started(p: Pipeline) -> None:
+        nonlocal pipeline
+        pipeline = p
+        if signals:
+            p.request_stop()
+
     _watch_stop_signals(on_stop_signal)
-    pipeline = Pipeline(cfg)
-    if signals:
-        pipeline.request_stop()
-    stats = pipeline.run()
+    # started again when the registry subject gets a new version (registry formats)
+    stats = run_following_registry(cfg, started=started)
     line = (
         f"stopped: {stats.batches} batches committed, {stats.skipped} replays skipped, "
         f"{stats.records} records, {stats.dead_letters} dead letters"

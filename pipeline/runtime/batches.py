@@ -47,6 +47,7 @@ class BatchRunner:
         fence: FenceGuard,
         stop: StopControl,
         spark: Callable[[], Any],
+        schema_check: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.tables = tables
@@ -59,6 +60,8 @@ class BatchRunner:
         self.fence = fence
         self.stop = stop
         self._spark = spark
+        # a registry format following its subject: SchemaAdvanced before a batch's effects
+        self._schema_check = schema_check
         if getattr(coordinator, "exactly_once", False):  # docs/design.md invariant 8
             coordinator.on_gap = cfg.commit.on_gap
         self._incarnation: str | None = None
@@ -91,6 +94,8 @@ class BatchRunner:
         from pipeline.spark.settle import settle
 
         start, end = self._offsets(df, batch_id)
+        if self._schema_check is not None:  # after the offsets: see pipeline.decode.registry.watch
+            self._schema_check()
         writer = self._writer(df, start, end)
         checks: dict[str, Any] = {}
         if self.coordinator.exactly_once:  # the gap check and read coverage (invariant 8)

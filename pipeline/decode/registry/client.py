@@ -70,12 +70,12 @@ def client_config(reg: RegistryConfig) -> dict[str, Any]:
 class SchemaRegistry:
     """Lookups with the retry window and the cache of ``decode.registry``."""
 
-    def __init__(self, reg: RegistryConfig) -> None:
+    def __init__(self, reg: RegistryConfig, latest_ttl_s: float | None = None) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
         self.reg = reg
         conf = client_config(reg)
-        conf["cache.latest.ttl.sec"] = reg.cache_seconds
+        conf["cache.latest.ttl.sec"] = reg.cache_seconds if latest_ttl_s is None else latest_ttl_s
         self._client = SchemaRegistryClient(conf)
         self._by_id: dict[int, RegistrySchema] = {}
 

@@ -16,7 +16,7 @@ from pipeline.config import FieldConfig, PipelineConfig
 from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
 from pipeline.errors import ConfigError
 
-__all__ = ["resolve_registry_schema"]
+__all__ = ["resolve_registry_schema", "schema_topic"]
 
 
 def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
@@ -32,8 +32,7 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
         if reg.schema_id is not None:
             schema = client.by_id(reg.schema_id)
         else:
-            topic = "" if reg.subject_strategy == "record-name" else _first_topic(cfg)
-            schema = client.table_schema(topic)
+            schema = client.table_schema(schema_topic(cfg))
     except UnknownSchema as e:
         raise ConfigError(f"decode.registry: {e}") from None
     if schema.schema_type.upper() != "AVRO":
@@ -56,7 +55,11 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
     )
 
 
-def _first_topic(cfg: PipelineConfig) -> str:
+def schema_topic(cfg: PipelineConfig) -> str:
+    """The topic whose subject holds the table's schema (any, for ``record-name``)."""
+    reg = cfg.decode.registry
+    if reg is not None and reg.subject_strategy == "record-name":
+        return ""
     src = cfg.source
     topics = sorted(src.topics or src.assign or [])
     if not topics:

@@ -51,8 +51,8 @@ def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
     from pipeline.formats.registry import table_format
     from pipeline.preflight import check_paths
 
-    fields = cfg.decode.field_specs()
-    table_columns(fields, raw=cfg.decode.raw)
+    if not cfg.decode.registry_format or cfg.decode.schema_:  # else: from the registry, later
+        table_columns(cfg.decode.field_specs(), raw=cfg.decode.raw)
     check_paths(cfg, table_format(cfg).writable_paths(cfg))
     probe_checkpoint_location(cfg.checkpoint_location, spark=spark)  # local: no JVM
 

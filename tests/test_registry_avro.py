@@ -334,3 +334,72 @@ def test_new_versions_while_running_evolve_the_table_once_and_lose_nothing(
         table = final.tables.main.table()  # type: ignore[attr-defined]
         assert len(table.schemas()) == 3  # v1, then one evolution per new version
         assert str(table.schema().find_field("count").field_type) == "long"
+
+
+# -- the registry away ------------------------------------------------------------------------
+
+
+def test_an_unreachable_registry_is_one_line_and_exit_2_after_the_retry_window(
+    kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    from support.drivers import run_cli, write_config
+
+    from pipeline.tools.broker.node import free_port
+
+    topic = kafka_broker.new_topic("avro-noregistry", 1)
+    data = pipeline_config(
+        tmp_path, kafka_broker.bootstrap_servers, topic, _sink(tmp_path, "iceberg")
+    )
+    url = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"  # nothing listens there
+    data["decode"] = {"format": "avro", "registry": {"url": url, "retrySeconds": 3}}
+    t0 = time.monotonic()
+    r = run_cli("run", "--config", str(write_config(tmp_path, data)))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "[ingest:registry-unavailable]" in lines[0], r.stderr
+    assert "retrySeconds=3" in lines[0] and url in lines[0]
+    assert time.monotonic() - t0 >= 3
+
+
+@pytest.mark.slow
+def test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """A registry of the test's own, stopped after the first commit: the next batch's check
+    retries for retrySeconds, then the run stops with the one-line error; what was committed
+    is whole, and nothing of the batch the registry could not vouch for is in the table."""
+    from pipeline.app import run_following_registry
+    from pipeline.errors import find_pipeline_error
+    from pipeline.tools.registry import start_registry
+
+    registry = start_registry(tmp_path / "registry")
+    try:
+        bootstrap = kafka_broker.bootstrap_servers
+        topic = kafka_broker.new_topic("avro-outage", 2)
+        sid = register(registry.url, f"{topic}-value", E1)
+        coords = produce_values(
+            bootstrap, topic, [avro_bytes(sid, E1, _event(n, 1)) for n in range(50)]
+        )
+        data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, "iceberg"))
+        data["decode"] = {"format": "avro", "registry": {"url": registry.url, "retrySeconds": 4}}
+        data["trigger"] = {"mode": "processing-time", "interval": "1 second"}
+
+        def tick(stats: Any) -> None:
+            if stats.batches >= 1 and registry.process is not None:
+                registry.stop()
+                produce_values(
+                    bootstrap, topic, [avro_bytes(sid, E1, _event(n, 1)) for n in range(50, 60)]
+                )
+
+        with pytest.raises(Exception) as caught:
+            run_following_registry(parse_config(data), spark, tick=tick, timeout_s=120)
+        line = find_pipeline_error(caught.value, tagged=True) or ""
+        assert line.startswith("[ingest:registry-unavailable]") and "retrySeconds=4" in line, line
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        wh = tmp_path / "warehouse"
+        catalog = SqlCatalog("lake", uri=f"sqlite:///{wh}/catalog.db", warehouse=wh.as_uri())
+        main = catalog.load_table("db.orders").scan().to_arrow()
+        assert arrow_coords(main) == Counter(coords)  # the first batch, whole; nothing after
+    finally:
+        registry.close()

@@ -261,7 +261,10 @@ def _event(n: int, version: int) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table_format", ["iceberg", "hudi"])
+@pytest.mark.parametrize(
+    "table_format",
+    ["iceberg", pytest.param("hudi", marks=pytest.mark.extended)],  # budget
+)
 def test_new_versions_while_running_evolve_the_table_once_and_lose_nothing(
     spark: Any,
     kafka_broker: KafkaTestBroker,
@@ -361,7 +364,9 @@ def test_an_unreachable_registry_is_one_line_and_exit_2_after_the_retry_window(
     assert time.monotonic() - t0 >= 3
 
 
+# extended (CI budget): CI has the registry unreachable at start, the same retry window
 @pytest.mark.slow
+@pytest.mark.extended
 def test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
@@ -403,3 +408,18 @@ def test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_writt
         assert arrow_coords(main) == Counter(coords)  # the first batch, whole; nothing after
     finally:
         registry.close()
+
+
+# extended (CI budget): the demo's parts are each in CI (the Avro path, the registry start)
+@pytest.mark.slow
+@pytest.mark.extended
+def test_the_avro_demo_passes_its_own_check(tmp_path: Path) -> None:
+    from support.drivers import run_cli
+
+    r = run_cli(
+        "demo", "--format", "avro", "--events", "2000", "--rate", "2000",
+        "--partitions", "2", "--lake", str(tmp_path / "lake"), timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.stdout.count("EXACTLY ONCE") == 2, r.stdout[-3000:]
+    assert "Schema Registry" in r.stdout

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.common import app, out, setup_logging
+from pipeline.cli.common import UsageError, app, out, setup_logging
 
 
 @app.command()
@@ -29,11 +29,23 @@ def demo(
     timeout: Annotated[
         float, typer.Option(help="give up after this many seconds", min=1.0)
     ] = 600.0,
+    value_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="json, or avro: Avro events in the Confluent wire format, their schema in a "
+            "Schema Registry the demo starts (Apicurio, its own JVM)",
+        ),
+    ] = "json",
 ) -> None:
     """Apache Kafka (one KRaft node, its own JVM; its log under LAKE/kafka) + event generator
     + pipelines into LAKE (Iceberg, then Hudi), then verify exactly-once."""
     from pipeline.tools.demo import run_demo
 
+    if value_format not in ("json", "avro"):
+        raise UsageError(f"--format must be json or avro (got {value_format!r})")
     setup_logging("demo", screen=logging.WARNING)
-    ok = run_demo(lake, events, partitions, rate, malformed, timeout, out)
+    ok = run_demo(
+        lake, events, partitions, rate, malformed, timeout, out, value_format=value_format
+    )
     raise typer.Exit(0 if ok else 1)

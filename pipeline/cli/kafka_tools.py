@@ -78,15 +78,35 @@ def produce(
         float, typer.Option(help="fraction of malformed records", min=0.0, max=1.0)
     ] = 0.0,
     seed: Annotated[int, typer.Option()] = 42,
+    value_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="json, or avro: the Confluent wire format, the schema registered under "
+            "<topic>-value at --registry (malformed records stay non-Avro bytes)",
+        ),
+    ] = "json",
+    registry: Annotated[
+        str | None, typer.Option(help="Schema Registry URL (Confluent API) for --format avro")
+    ] = None,
 ) -> None:
-    """Produce generated JSON events (idempotent producer)."""
+    """Produce generated events, JSON or Avro (idempotent producer)."""
     from pipeline.tools.generator import GeneratorSpec
     from pipeline.tools.generator import produce as do_produce
 
+    if value_format not in ("json", "avro"):
+        raise UsageError(f"--format must be json or avro (got {value_format!r})")
+    if value_format == "avro" and not registry:
+        raise UsageError("--format avro needs --registry URL")
     require_broker(bootstrap)
     setup_logging("produce", screen=logging.WARNING)
     spec = GeneratorSpec(
         count=count, rate=rate, key_cardinality=keys, malformed_fraction=malformed, seed=seed
     )
-    result = do_produce(bootstrap, topic, spec, partitions=partitions)
+    encode = None
+    if value_format == "avro":
+        from pipeline.tools.avro_events import AvroEventEncoder
+
+        encode = AvroEventEncoder(str(registry), topic).encode_value
+    result = do_produce(bootstrap, topic, spec, partitions=partitions, encode=encode)
     out.print(f"produced {result.produced} events ({result.malformed} malformed) to {topic}")

@@ -9,10 +9,12 @@ computed from the tables themselves; then a second pipeline copies the topic int
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +30,20 @@ from pipeline.observe.base import OutcomeCallback
 from pipeline.preflight import check_writable
 
 
-def demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
+def _decode(registry_url: str | None) -> dict[str, Any]:
+    """JSON events with the generator's schema, or Avro ones whose schema the registry has."""
     from pipeline.tools.generator import event_schema_fields
 
+    if registry_url is not None:
+        return {"format": "avro", "registry": {"url": registry_url}}
+    return {"format": "json", "schema": event_schema_fields()}
+
+
+def demo_config(lake: Path, bootstrap: str, topic: str, registry_url: str | None = None) -> dict:
     return {
         "id": "demo-events",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "decode": {"format": "json", "schema": event_schema_fields()},
+        "decode": _decode(registry_url),
         "sink": {
             "catalog": {"warehouse": str(lake / "warehouse")},
             "table": "demo.events",
@@ -46,13 +55,13 @@ def demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
     }
 
 
-def hudi_demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
-    from pipeline.tools.generator import event_schema_fields
-
+def hudi_demo_config(
+    lake: Path, bootstrap: str, topic: str, registry_url: str | None = None
+) -> dict:
     return {
         "id": "demo-events-hudi",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "decode": {"format": "json", "schema": event_schema_fields()},
+        "decode": _decode(registry_url),
         "sink": {
             "format": "hudi",
             "table": "demo.events",
@@ -67,7 +76,7 @@ def hudi_demo_config(lake: Path, bootstrap: str, topic: str) -> dict:
 DEMO_MARKER = ".ingest-demo"
 #: everything the demo writes in its lake (kafka/: the broker's log, removed after a run
 #: that passed its check)
-DEMO_STATE = ("warehouse", "checkpoints", "hudi", "kafka")
+DEMO_STATE = ("warehouse", "checkpoints", "hudi", "kafka", "registry")
 #: Kafka nodes the demo starts: one starts in ~5 s; three (replication factor 3) add
 #: ~15 s to start, ~8 s to stop and two more JVMs for no visible difference in the demo.
 DEMO_BROKERS = 1
@@ -161,6 +170,7 @@ def run_demo(
     timeout: float,
     console: Console,
     brokers: int = DEMO_BROKERS,
+    value_format: str = "json",
 ) -> bool:
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
@@ -175,7 +185,8 @@ def run_demo(
     console.print(f"starting Apache Kafka {KAFKA_VERSION} ({nodes}, KRaft) …")
     kafka_dir = lake / "kafka"
     ok = False
-    with KafkaCluster(brokers, data_dir=kafka_dir) as broker:
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(KafkaCluster(brokers, data_dir=kafka_dir))
         broker.create_topic(topic, partitions)
         _await_producer_ids(broker.bootstrap_servers)
         console.print(
@@ -183,7 +194,10 @@ def run_demo(
             f"log under {kafka_dir}), topic {topic!r} with {partitions} partitions, "
             f"replication factor {broker.replication_factor}"
         )
-        cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic))
+        url, encode = (
+            _avro_events(stack, lake, topic, console) if value_format == "avro" else (None, None)
+        )
+        cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic, url))
         console.print("starting Spark (local[2]) …")
         pipeline = Pipeline(cfg)
         _ = pipeline.spark
@@ -200,6 +214,7 @@ def run_demo(
                     topic,
                     spec,
                     on_progress=lambda n: produced.__setitem__("n", n),
+                    encode=encode,
                 )
             except BaseException as e:  # surfaced below
                 failure.append(e)
@@ -270,7 +285,7 @@ def run_demo(
 
         # The same topic into a Hudi copy-on-write table: a second pipeline, same protocol.
         console.print("\n[bold]Hudi[/]: a second pipeline copies the topic into a Hudi table")
-        hudi_cfg = parse_config(hudi_demo_config(lake, broker.bootstrap_servers, topic))
+        hudi_cfg = parse_config(hudi_demo_config(lake, broker.bootstrap_servers, topic, url))
         hudi_pipeline = Pipeline(hudi_cfg, pipeline.spark)
         hudi_pipeline.add_observer(
             OutcomeCallback(
@@ -294,6 +309,25 @@ def run_demo(
     if ok:  # the broker's log is kept (until the next demo) only when the check failed
         shutil.rmtree(kafka_dir, ignore_errors=True)
     return ok
+
+
+def _avro_events(
+    stack: contextlib.ExitStack, lake: Path, topic: str, console: Console
+) -> tuple[str, Callable[[bytes, bool], bytes]]:
+    """A Schema Registry for the demo (Apicurio, its own JVM, stopped with the demo) and the
+    encoder of Avro events whose schema it holds."""
+    from pipeline.tools.avro_events import AvroEventEncoder
+    from pipeline.tools.registry import start_registry
+
+    console.print("starting a Schema Registry (Apicurio Registry, Confluent API) …")
+    registry = start_registry(lake / "registry")
+    stack.callback(registry.close)
+    encoder = AvroEventEncoder(registry.url, topic)
+    console.print(
+        f"[bold]Schema Registry[/] at {registry.url}: the events' Avro schema is id "
+        f"{encoder.schema_id} under {topic}-value"
+    )
+    return registry.url, encoder.encode_value
 
 
 def _print_summary(console: Console, report, main, dlq, lake: Path) -> None:  # type: ignore[no-untyped-def]

@@ -315,6 +315,7 @@ def produce(
     partitions: int | None = None,
     extra_config: dict[str, str] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    encode: Callable[[bytes, bool], bytes] | None = None,
 ) -> ProduceResult:
     """Produce ``generate_events(spec)`` to ``topic`` and wait for every delivery.
 
@@ -323,6 +324,8 @@ def produce(
     otherwise the default (key-hash) partitioner places them. ``rate`` is honoured by pacing
     each send to its slot ``start + i / rate``. ``on_progress(n)`` is called with the number
     of records handed to the producer so far (every 1,000 records or second, and at the end).
+    ``encode(value, malformed)`` re-encodes each JSON value (Avro:
+    :class:`pipeline.tools.avro_events.AvroEventEncoder`).
 
     Raises ``RuntimeError`` naming the first delivery error if any record fails.
     """
@@ -368,6 +371,8 @@ def produce(
             slot = start + i / spec.rate
             while (delay := slot - time.monotonic()) > 0:
                 producer.poll(delay)  # serves delivery reports while waiting; may return early
+        if encode is not None:
+            value = encode(value, bad)
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": _callback(i, bad)}
         if partitions is not None:
             kwargs["partition"] = i % partitions

@@ -225,6 +225,14 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             f"x{_fmt(d['ratio'], '.2f')} of {_fmt(d['raw_cpu_s_per_million'], '.2f')} CPU-s/M: "
             f"{d['baseline']}",
         )
+    for d in report.get("decode_cost", {}).get("avro", []):
+        t.add_row(
+            f"decode Avro {d['data_set']} (~{d['avro_mean_bytes']} B)",
+            f"{_fmt(d['avro_cpu_s_per_million'], '.2f')} CPU-s/M",
+            f"x{_fmt(d['avro_to_json'], '.2f')} of the JSON path's "
+            f"{_fmt(d['json_cpu_s_per_million'], '.2f')} CPU-s/M on the same records "
+            f"({d['avro_records_per_cpu_s']:,} vs {d['json_records_per_cpu_s']:,} records/CPU-s)",
+        )
     cpu = report.get("cpu_per_record")
     if cpu:
         best = min(cpu["pipeline"].values()) if cpu["pipeline"] else None

@@ -230,6 +230,9 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             from pipeline.tools.bench.decode_cost import decode_cost
 
             report["decode_cost"] = decode_cost(preset.decode_records, say)
+            from pipeline.tools.bench.avro_cost import avro_cost
+
+            report["decode_cost"]["avro"] = avro_cost(preset.decode_records, work, say)
         if "freshness" in groups:
             fresh, recovery = sections.freshness_and_recovery(ctx)
             report["freshness"] = fresh

@@ -142,23 +142,9 @@ def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
 
 
 def _canonical(row: dict[str, Any]) -> tuple[Any, ...]:
-    """One row of the evolved table as every reader must agree on it."""
-    device = row.get("device") or {}
-    tags = row.get("tags")
-    pairs = sorted(tags.items()) if isinstance(tags, dict) else sorted(tags) if tags else None
-    price = row.get("price")
-    return (
-        row["_kafka_topic"],
-        row["_kafka_partition"],
-        row["_kafka_offset"],
-        row["id"],
-        row.get("name"),
-        None if price is None else round(float(price), 3),
-        device.get("id"),
-        device.get("model"),
-        pairs or None,
-        row.get("note"),
-    )
+    from tests.test_schema_evolution import canonical_row
+
+    return canonical_row(row, "name")
 
 
 @pytest.mark.slow

@@ -340,24 +340,9 @@ def _rows_with_spark(env: dict[str, str], warehouse: Path, table: str) -> list[d
 
 
 def _canonical(row: dict[str, Any]) -> tuple[Any, ...]:
-    """One row as both readers must agree on it: coordinates, then the evolved columns
-    (``name`` renamed ``title``, widened ``id`` and ``price``, the nested ``device.model``
-    and the ``tags`` map added later: null in older rows)."""
-    device = row.get("device") or {}
-    tags = row.get("tags")
-    pairs = sorted(tags.items()) if isinstance(tags, dict) else sorted(tags) if tags else None
-    price = row.get("price")
-    return (
-        row["_kafka_topic"],
-        row["_kafka_partition"],
-        row["_kafka_offset"],
-        row["id"],
-        row.get("title"),
-        None if price is None else round(float(price), 3),
-        device.get("id"),
-        device.get("model"),
-        pairs or None,
-    )
+    from tests.test_schema_evolution import canonical_row
+
+    return canonical_row(row, "title")
 
 
 @pytest.mark.slow

@@ -103,6 +103,29 @@ def _produce(
     return out
 
 
+def canonical_row(row: dict[str, Any], name_column: str) -> tuple[Any, ...]:
+    """One row of a table evolved through V1, V2 and V3 as every reader must agree on it:
+    coordinates, ``id``, the name (``title`` after Iceberg's rename), ``price``, the nested
+    ``device`` fields, the ``tags`` map as sorted pairs (readers give dicts or pairs) and
+    ``note`` (Hudi's V3); columns added later are None in older rows."""
+    device = row.get("device") or {}
+    tags = row.get("tags")
+    pairs = sorted(tags.items()) if isinstance(tags, dict) else sorted(tags) if tags else None
+    price = row.get("price")
+    return (
+        row["_kafka_topic"],
+        row["_kafka_partition"],
+        row["_kafka_offset"],
+        row["id"],
+        row.get(name_column),
+        None if price is None else round(float(price), 3),
+        device.get("id"),
+        device.get("model"),
+        pairs or None,
+        row.get("note"),
+    )
+
+
 def _sink(tmp: Path, table_format: str) -> dict[str, Any]:
     iceberg = {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.events"}
     hudi = {"table": "db.events", "hudi": {"basePath": str(tmp / "h")}}

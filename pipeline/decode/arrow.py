@@ -47,6 +47,7 @@ from pipeline.config import DecodeConfig
 from pipeline.decode.arrow_types import arrow_type, fast_type, finish, has_map
 from pipeline.decode.json_values import MALFORMED, RecordParser, required_message
 from pipeline.decode.registry.avro import AvroValues
+from pipeline.decode.registry.wire import WireValues
 from pipeline.decode.spark import ERROR_COL, KAFKA_COLS, decoded_columns
 from pipeline.decode.unknown_fields import (
     UNKNOWN_COL,
@@ -102,6 +103,11 @@ class ArrowDecoder:
         return AvroValues(self.cfg.registry, self.columns)
 
     @cached_property
+    def wire(self) -> WireValues:
+        assert self.cfg.registry is not None
+        return WireValues(self.cfg.registry, "JSON")
+
+    @cached_property
     def known(self) -> frozenset[str]:
         return frozenset(c.name for c in self.columns)
 
@@ -134,14 +140,20 @@ class ArrowDecoder:
             return self._assemble(raw, raw_names, coords, error, too_big, none, key, value, headers)
 
         names = [c.name for c in self.columns]
-        if self.cfg.registry_format:
+        if self.cfg.format == "avro":
             data, error, unknown = self.avro.decode(value.to_pylist(), too_big.to_pylist(), big_msg)
         else:
-            data, error, unknown = self._decode_json(value, too_big, big_msg)
+            text = value  # JSON; for json-schema, what follows the wire format's prefix
+            refused = None
+            if self.cfg.format == "json-schema":
+                text, refused = self.wire.split(value)
+            data, error, unknown = self._decode_json(text, too_big, big_msg)
+            if refused is not None:
+                error = pc.coalesce(refused, error)
         error = apply_policy(error, unknown, self.cfg.unknown_fields == "dead-letter")
         bad = pc.is_valid(error)
-        if not self.cfg.registry_format:
-            error = refine_errors(error, value, self.parser)
+        if self.cfg.format != "avro":
+            error = refine_errors(error, text, self.parser)
         return self._assemble(data, names, coords, error, bad, unknown, key, value, headers)
 
     def _assemble(

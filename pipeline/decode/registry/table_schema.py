@@ -3,20 +3,31 @@
 ``decode.registry`` names a subject (by the strategy, from the first topic) and a version
 (pinned, or the latest at start), or pins a schema id. :func:`resolve_registry_schema`
 returns the configuration with that schema's id pinned and ``decode.schema`` set to its
-columns (:func:`pipeline.columns.avro.avro_fields`), so the rest of the pipeline — the
-tables, schema evolution on restart, ``ingest verify`` — reads it as a written schema, and
+columns (:mod:`pipeline.columns.avro`, :mod:`pipeline.columns.json_schema`), so the rest
+of the pipeline — the tables, schema evolution on restart — reads it as a written one, and
 every task reads records against the same schema id. Idempotent: a resolved configuration
 is returned as it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.columns import FieldSpec
 from pipeline.columns.avro import avro_fields
+from pipeline.columns.json_schema import json_schema_fields
 from pipeline.config import FieldConfig, PipelineConfig
 from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
 from pipeline.errors import ConfigError
 
 __all__ = ["resolve_registry_schema", "schema_topic"]
+
+# decode.format -> (the registry's schema type, the columns of such a schema)
+_TYPES: dict[str, tuple[str, Callable[[Any], list[FieldSpec]]]] = {
+    "avro": ("AVRO", avro_fields),
+    "json-schema": ("JSON", json_schema_fields),
+}
 
 
 def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
@@ -25,8 +36,10 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
         return cfg
     reg = decode.registry
     assert reg is not None  # the config's validation requires it for a registry format
-    if decode.format != "avro":
-        raise ConfigError(f"decode.format {decode.format} is not supported yet (avro is)")
+    if decode.format not in _TYPES:
+        raise ConfigError(
+            f"decode.format {decode.format} is not supported yet ({', '.join(_TYPES)} are)"
+        )
     client = SchemaRegistry(reg)
     try:
         if reg.schema_id is not None:
@@ -35,10 +48,11 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
             schema = client.table_schema(schema_topic(cfg))
     except UnknownSchema as e:
         raise ConfigError(f"decode.registry: {e}") from None
-    if schema.schema_type.upper() != "AVRO":
+    want, to_fields = _TYPES[decode.format]
+    if schema.schema_type.upper() != want:
         raise ConfigError(
             f"decode.registry: schema id {schema.schema_id} is a {schema.schema_type} schema, "
-            "but decode.format is avro"
+            f"but decode.format is {decode.format}"
         )
     fields = [
         FieldConfig(
@@ -47,7 +61,7 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
             required=f.required,
             doc=f.doc,
         )
-        for f in avro_fields(schema.parsed())
+        for f in to_fields(schema.parsed())
     ]
     pinned = reg.model_copy(update={"schema_id": schema.schema_id})
     return cfg.model_copy(

@@ -360,6 +360,7 @@ def run_following_registry(
     from pipeline.errors import find_pipeline_error
 
     done = RunStats()
+    followed: int | None = None  # the schema id the last start followed
     while True:
         pipeline = Pipeline(cfg, spark)
         if started is not None:
@@ -370,6 +371,11 @@ def run_following_registry(
             line = find_pipeline_error(e, tagged=True) or ""
             if not line.startswith("[ingest:schema-advanced]"):
                 raise
+            reg = pipeline.cfg.decode.registry
+            now = reg.schema_id if reg is not None else None
+            if now is not None and now == followed:  # the restart did not move: never loop
+                raise
+            followed = now
             log.info("pipeline %s: %s", cfg.id, line)
             stats = pipeline.stats
             advanced = True

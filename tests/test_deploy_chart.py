@@ -631,7 +631,7 @@ def test_alert_rules_pass_promtool() -> None:
 
 def test_values_schema_covers_the_config_model() -> None:
     """values.schema.json describes pipeline.* key by key (unknown keys are rejected at
-    install time): it must name exactly the keys of pipeline/config.py's models, so a new
+    install time): it must name exactly the keys of pipeline/config/'s models, so a new
     config key cannot be silently unusable from the chart."""
     from pydantic import BaseModel
 
@@ -677,7 +677,7 @@ def test_values_schema_covers_the_config_model() -> None:
     got = schema_keys(schema["properties"]["pipeline"], ())
     assert got == expected, (
         f"missing in values.schema.json: {sorted(expected - got)}; "
-        f"not in pipeline/config.py: {sorted(got - expected)}"
+        f"not in pipeline/config/: {sorted(got - expected)}"
     )
 
 

@@ -130,7 +130,7 @@ def test_build_context_has_what_copy_needs_and_nothing_bulky() -> None:
     for src in sources:
         assert (ROOT / src).exists(), f"COPY source {src} does not exist"
         assert _dockerignore_allows(src.rstrip("/")), f".dockerignore excludes {src}"
-    assert _dockerignore_allows("pipeline/config.py")
+    assert _dockerignore_allows("pipeline/config/loading.py")
     for bulky in (".venv/bin/python", ".git/HEAD", "lake/x", "tests/conftest.py", ".tools/bin"):
         assert not _dockerignore_allows(bulky), f".dockerignore lets {bulky} in"
     assert not _dockerignore_allows("pipeline/__pycache__/app.cpython-311.pyc")

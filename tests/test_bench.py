@@ -122,6 +122,22 @@ def test_steady_window_skips_the_warm_up() -> None:
     assert steady_window([], 2.0, 5.0) is None
 
 
+def test_a_run_drained_within_its_warm_up_is_measured_after_its_first_batch() -> None:
+    """A fast run (the real broker, large batches) can drain its data set before the warm-up
+    ends: its window then starts at the second commit (the first batch pays the cold
+    workers), rather than failing the bench."""
+    from pipeline.tools.bench.fixed import measured_window
+
+    done = [_line(i, 200_000, 100.0 + 2 * i) for i in range(8)]  # drained in 14 s
+    start, window, short = measured_window(done, warmup_s=20.0, steady_s=60.0) or (None, [], 0)
+    assert start is not None and start.batch_id == 1 and short
+    assert [b.batch_id for b in window] == [2, 3, 4, 5, 6, 7]
+    steady = [_line(i, 100, 100.0 + i) for i in range(30)]
+    start, window, short = measured_window(steady, 2.0, 5.0) or (None, [], 0)
+    assert start is not None and start.batch_id == 2 and not short  # the warm-up as usual
+    assert measured_window(done[:2], 20.0, 60.0) is None  # two batches: nothing to measure
+
+
 def test_payload_events_are_about_1_2_kb_and_keep_the_other_fields() -> None:
     import json
 

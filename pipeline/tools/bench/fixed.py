@@ -82,6 +82,21 @@ def steady_window(
     return (start, window) if window else None
 
 
+def measured_window(
+    done: list[BatchLine], warmup_s: float, steady_s: float
+) -> tuple[BatchLine, list[BatchLine], bool] | None:
+    """:func:`steady_window`, or — when the run drained its data set within the warm-up
+    (a fast run with large batches) — the batches after the second commit (the first batch
+    pays the cold workers); the flag says the warm-up was cut short. None with fewer than
+    three batches."""
+    found = steady_window(done, warmup_s, steady_s)
+    if found is not None:
+        return found[0], found[1], False
+    if len(done) < 3:
+        return None
+    return done[1], done[2:], True
+
+
 def fit(points: list[dict[str, Any]]) -> dict[str, Any]:
     """OLS of CPU and wall seconds per batch against records per batch (per million)."""
     xs = [float(p["records"]) for p in points]
@@ -157,13 +172,13 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
     if not stopped and result.returncode != 0:
         raise BenchRunError(f"fixed-cost run {name} exited {result.returncode}: {run.tail(600)}")
     done = _committed(result.batches)
-    found = steady_window(done, plan.warmup_seconds, plan.steady_seconds)
-    if found is None:
+    measured = measured_window(done, plan.warmup_seconds, plan.steady_seconds)
+    if measured is None:
         raise BenchRunError(
-            f"fixed-cost run {name}: no batch after {plan.warmup_seconds}s of warm-up "
-            f"({len(done)} commits; a larger data set is needed; log: {run.err_path})"
+            f"fixed-cost run {name}: {len(done)} commits, too few to measure "
+            f"(a larger data set is needed; log: {run.err_path})"
         )
-    start, window = found
+    start, window, warmup_short = measured
     points = [
         {
             "run": name,
@@ -196,6 +211,7 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
         "records": records,
         "steady_seconds": _round(seconds, 2),
         "steady_short": seconds < plan.steady_seconds,
+        "warmup_short": warmup_short,  # drained within the warm-up: measured from batch 2
         "stopped": "SIGTERM" if stopped else "drained",
         "records_per_s": _round(records / seconds, 1),
         "mb_per_s": _round(records * bpr / seconds / MB, 2),

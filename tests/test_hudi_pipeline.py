@@ -44,7 +44,6 @@ from pipeline.tools.generator import GeneratorSpec, produce
 hudi = pytest.importorskip("hudi")
 
 
-
 def hudi_config(tmp: Path, bootstrap: str, topic: str, **source: Any) -> dict[str, Any]:
     sink = {
         "format": "hudi",
@@ -193,4 +192,3 @@ def test_worker_killed_mid_write_leaves_no_duplicate(
     assert coords(tmp_path) == produced(r1)
     _check_clean(tmp_path, config)
     assert "stray file(s) of failed task attempts deleted" in r.stdout  # the log stream
-

@@ -12,7 +12,7 @@ conversion per batch (``pa.array`` of the row dicts against the table's struct t
 Reasons a record goes to the dead letters (``_error``), each naming what failed:
   * ``null value``; larger than ``decode.maxRecordBytes``;
   * ``not in the Confluent wire format`` (no magic byte, too short);
-  * ``schema id N: not in the registry`` / ``... is a PROTOBUF schema, not Avro``;
+  * ``schema id N: not in the registry`` / ``... is a PROTOBUF schema, not AVRO``;
   * ``schema id N: does not decode: ...`` (truncated or corrupt payload) and
     ``schema id N: cannot be read as the table's schema: ...`` (resolution fails).
 """
@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pipeline.columns import Column
 from pipeline.config import RegistryConfig
 from pipeline.decode.arrow_types import arrow_type
-from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
+from pipeline.decode.registry.wire import NOT_WIRE, WireValues
 from pipeline.decode.unknown_fields import UNKNOWN_TYPE
 
 __all__ = ["AvroValues"]
@@ -55,10 +55,13 @@ class AvroValues:
 
     registry: RegistryConfig  # its schemaId is the table's (reader) schema
     columns: tuple[Column, ...]
-    _client: SchemaRegistry | None = field(default=None, repr=False)
+    _ids: WireValues = field(init=False, repr=False)  # the client and the refused ids
     _writers: dict[int, _Writer] = field(default_factory=dict, repr=False)
     _reader: Any = field(default=None, repr=False)
     _uuid: bool | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._ids = WireValues(self.registry, "AVRO")
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -99,7 +102,7 @@ class AvroValues:
         if big:
             return None, big_msg, None
         if len(raw) < 5 or raw[0] != _MAGIC:
-            return None, "not in the Confluent wire format (no magic byte and schema id)", None
+            return None, NOT_WIRE, None
         schema_id = int.from_bytes(raw[1:5], "big")
         writer = self._writer(schema_id)
         if writer.refused is not None:
@@ -124,31 +127,21 @@ class AvroValues:
         found = self._writers.get(schema_id)
         if found is not None:
             return found
-        if self._client is None:
-            self._client = SchemaRegistry(self.registry)
-        try:
-            schema = self._client.by_id(schema_id)
-        except UnknownSchema:
-            found = _Writer(refused=f"schema id {schema_id}: not in the registry")
+        refused = self._ids.reason(schema_id)
+        if refused is not None:
+            found = _Writer(refused=refused)
         else:
-            if schema.schema_type.upper() != "AVRO":
-                found = _Writer(
-                    refused=f"schema id {schema_id}: is a {schema.schema_type} schema, not Avro"
-                )
-            else:
-                text = schema.parsed()
-                known = {f["name"] for f in self._reader_json()["fields"]}
-                extra = sorted({f["name"] for f in text["fields"]} - known)
-                found = _Writer(parsed=fastavro.parse_schema(text), unknown=extra or None)
+            text = self._ids.client().by_id(schema_id).parsed()
+            known = {f["name"] for f in self._reader_json()["fields"]}
+            extra = sorted({f["name"] for f in text["fields"]} - known)
+            found = _Writer(parsed=fastavro.parse_schema(text), unknown=extra or None)
         self._writers[schema_id] = found
         return found
 
     def _reader_json(self) -> Any:
         """The table's schema (parsed JSON), by its pinned id."""
-        if self._client is None:
-            self._client = SchemaRegistry(self.registry)
         assert self.registry.schema_id is not None  # pinned at start (table_schema)
-        return self._client.by_id(self.registry.schema_id).parsed()
+        return self._ids.client().by_id(self.registry.schema_id).parsed()
 
     def _has_uuid(self) -> bool:
         if self._uuid is None:

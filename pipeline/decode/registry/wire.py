@@ -1,7 +1,8 @@
 """The Confluent wire format, vectorised: ``0x00``, a 4-byte big-endian schema id, then the
 payload. For ``decode.format: json-schema`` the payload is JSON text, decoded by the JSON
 path (:mod:`pipeline.decode.arrow`) once the prefix is cut; each record's schema id must be
-one the registry knows, of the right type.
+one the registry knows, of the right type (:meth:`WireValues.reason`, which the Avro path
+asks too).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class WireValues:
             data = ids_bin.buffers()[2]
             ids = np.frombuffer(data, dtype=">u4", count=len(rows))
             for sid in np.unique(ids):
-                why = self._reason(int(sid))
+                why = self.reason(int(sid))
                 if why is not None:
                     for i in rows[ids == sid]:
                         reason[int(i)] = why
@@ -69,12 +70,18 @@ class WireValues:
         payload = pc.if_else(wire, pc.binary_slice(values, _PREFIX, longest + 1), values)
         return payload, pa.array(reason, pa.string())
 
-    def _reason(self, schema_id: int) -> str | None:
+    def client(self) -> SchemaRegistry:
+        """The task's registry client (made on first use, cached by schema id)."""
+        if self._client is None:
+            self._client = SchemaRegistry(self.registry)
+        return self._client
+
+    def reason(self, schema_id: int) -> str | None:
+        """Why records written with ``schema_id`` are refused (not in the registry, or
+        another format's schema), or None; asked once per id."""
         if schema_id not in self._reasons:
-            if self._client is None:
-                self._client = SchemaRegistry(self.registry)
             try:
-                kind = self._client.by_id(schema_id).schema_type.upper()
+                kind = self.client().by_id(schema_id).schema_type.upper()
             except UnknownSchema:
                 self._reasons[schema_id] = f"schema id {schema_id}: not in the registry"
             else:

@@ -41,10 +41,8 @@ from support.drivers import (
 from support.jvm_readers import reader_process_env
 from support.kafka_fixtures import KafkaTestBroker
 
-from pipeline.app import Pipeline
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY
 from pipeline.commit.maintenance import COMPACTION_KEY
-from pipeline.config import parse_config
 from pipeline.tools.generator import GeneratorSpec, produce
 
 READER = ROOT / "tests" / "jvm_reader" / "read_hudi.py"
@@ -141,29 +139,18 @@ def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
     assert _check_commits(ours, theirs) >= 4
 
 
-def _canonical(row: dict[str, Any]) -> tuple[Any, ...]:
-    from tests.test_schema_evolution import canonical_row
-
-    return canonical_row(row, "name")
-
-
 @pytest.mark.slow
 def test_hudi_spark_reads_an_evolved_nested_table_as_hudi_rs_does(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, jvm_reader: dict[str, str]
 ) -> None:
-    from tests.test_schema_evolution import V1, V2, V3_HUDI, _produce, _sink
+    from tests.test_schema_evolution import canonical_row, evolve_in_three_restarts
 
     topic = kafka_broker.new_topic("jvm-hudi-evolved", 2)
-    bootstrap = kafka_broker.bootstrap_servers
-    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, "hudi"))
-    for phase, schema in enumerate([V1, V2, V3_HUDI], start=1):
-        _produce(bootstrap, topic, 1000 * phase, 60, phase, rename=False)
-        data["decode"] = {"schema": schema}
-        Pipeline(parse_config(data), spark).run(timeout_s=180)
+    evolve_in_three_restarts(spark, kafka_broker.bootstrap_servers, topic, tmp_path, "hudi")
     base = tmp_path / "h"
-    ours = sorted(_canonical(r) for r in hudi_read(base).to_pylist())
+    ours = sorted(canonical_row(r, "name") for r in hudi_read(base).to_pylist())
     doc = _read(jvm_reader, base, rows=True)[str(base)]
-    theirs = sorted(_canonical(json.loads(r)) for r in doc["rows_json"])
+    theirs = sorted(canonical_row(json.loads(r), "name") for r in doc["rows_json"])
     assert len(ours) == 180 and theirs == ours
     assert "id:bigint" in doc["schema"] and "price:double" in doc["schema"]
     assert sum(r[7] is None for r in ours) == 60  # device.model: null before phase 2

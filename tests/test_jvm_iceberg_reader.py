@@ -45,7 +45,7 @@ from support.kafka_fixtures import KafkaTestBroker
 from pipeline.app import Pipeline
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY
 from pipeline.commit.maintenance import COMPACTION_KEY
-from pipeline.config import load_config, parse_config
+from pipeline.config import load_config
 from pipeline.tools.generator import GeneratorSpec, produce
 
 READER = ROOT / "tests" / "jvm_reader" / "read_iceberg.py"
@@ -339,12 +339,6 @@ def _rows_with_spark(env: dict[str, str], warehouse: Path, table: str) -> list[d
     return [json.loads(row) for row in docs[0]["rows_json"]]
 
 
-def _canonical(row: dict[str, Any]) -> tuple[Any, ...]:
-    from tests.test_schema_evolution import canonical_row
-
-    return canonical_row(row, "title")
-
-
 @pytest.mark.slow
 def test_spark_iceberg_reads_an_evolved_nested_table_as_pyiceberg_does(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, jvm_reader: dict[str, str]
@@ -352,22 +346,16 @@ def test_spark_iceberg_reads_an_evolved_nested_table_as_pyiceberg_does(
     """Three schemas on one table (a nested column and a map added, int → long and float →
     double widened, a column renamed): Spark's Iceberg reads every row, old ones with nulls
     for the columns added later and the renamed column under its new name, as pyiceberg."""
-    from tests.test_schema_evolution import V1, V2, V3_ICEBERG, _produce, _sink
+    from tests.test_schema_evolution import canonical_row, evolve_in_three_restarts
 
     topic = kafka_broker.new_topic("jvm-evolved", 2)
     bootstrap = kafka_broker.bootstrap_servers
-    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, "iceberg"))
-    for phase, schema in enumerate([V1, V2, V3_ICEBERG], start=1):
-        _produce(bootstrap, topic, 1000 * phase, 60, phase)
-        data["decode"] = {"schema": schema}
-        pipeline = Pipeline(parse_config(data), spark)
-        pipeline.run(timeout_s=180)
+    pipeline = evolve_in_three_restarts(spark, bootstrap, topic, tmp_path, "iceberg")
     table = pipeline.tables.main.table()
     assert table is not None and len(table.schemas()) == 3
-    ours = sorted(_canonical(r) for r in table.scan().to_arrow().to_pylist())
-    theirs = sorted(
-        _canonical(r) for r in _rows_with_spark(jvm_reader, tmp_path / "warehouse", "db.events")
-    )
+    ours = sorted(canonical_row(r, "title") for r in table.scan().to_arrow().to_pylist())
+    rows = _rows_with_spark(jvm_reader, tmp_path / "warehouse", "db.events")
+    theirs = sorted(canonical_row(r, "title") for r in rows)
     assert len(ours) == 180 and theirs == ours
     assert sum(r[7] is None for r in ours) == 60  # device.model: null before phase 2
     assert sum(r[4] is None for r in ours) == 0  # the renamed column kept its old values

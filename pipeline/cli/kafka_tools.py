@@ -82,22 +82,23 @@ def produce(
         str,
         typer.Option(
             "--format",
-            help="json, or avro: the Confluent wire format, the schema registered under "
-            "<topic>-value at --registry (malformed records stay non-Avro bytes)",
+            help="json, or avro / protobuf: the Confluent wire format, the schema registered "
+            "under <topic>-value at --registry (malformed records stay plain bytes)",
         ),
     ] = "json",
     registry: Annotated[
-        str | None, typer.Option(help="Schema Registry URL (Confluent API) for --format avro")
+        str | None,
+        typer.Option(help="Schema Registry URL (Confluent API) for --format avro|protobuf"),
     ] = None,
 ) -> None:
-    """Produce generated events, JSON or Avro (idempotent producer)."""
+    """Produce generated events, JSON, Avro or Protobuf (idempotent producer)."""
     from pipeline.tools.generator import GeneratorSpec
     from pipeline.tools.generator import produce as do_produce
 
-    if value_format not in ("json", "avro"):
-        raise UsageError(f"--format must be json or avro (got {value_format!r})")
-    if value_format == "avro" and not registry:
-        raise UsageError("--format avro needs --registry URL")
+    if value_format not in ("json", "avro", "protobuf"):
+        raise UsageError(f"--format must be json, avro or protobuf (got {value_format!r})")
+    if value_format != "json" and not registry:
+        raise UsageError(f"--format {value_format} needs --registry URL")
     require_broker(bootstrap)
     setup_logging("produce", screen=logging.WARNING)
     spec = GeneratorSpec(
@@ -108,5 +109,9 @@ def produce(
         from pipeline.tools.avro_events import AvroEventEncoder
 
         encode = AvroEventEncoder(str(registry), topic).encode_value
+    elif value_format == "protobuf":
+        from pipeline.tools.protobuf_events import ProtobufEventEncoder
+
+        encode = ProtobufEventEncoder(str(registry), topic).encode_value
     result = do_produce(bootstrap, topic, spec, partitions=partitions, encode=encode)
     out.print(f"produced {result.produced} events ({result.malformed} malformed) to {topic}")

@@ -44,7 +44,9 @@ class RegistryConfig(_Model):
     auth: RegistryAuthConfig | None = None
     # topic-name: <topic>-value; record-name: <record>; topic-record-name: <topic>-<record>
     subject_strategy: Literal["topic-name", "record-name", "topic-record-name"] = "topic-name"
-    record_name: str | None = None  # the record (full name) the *-record-name strategies use
+    # the record (full name) the *-record-name strategies use; for protobuf also the table's
+    # message (default: the schema's first)
+    record_name: str | None = None
     version: int | Literal["latest"] = "latest"  # the table's schema at first start
     # the table's (reader) schema by id: pins it; when absent it is looked up at start from
     # the subject and version (pipeline.decode.registry.table_schema)

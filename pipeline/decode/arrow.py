@@ -47,6 +47,7 @@ from pipeline.config import DecodeConfig
 from pipeline.decode.arrow_types import arrow_type, fast_type, finish, has_map
 from pipeline.decode.json_values import MALFORMED, RecordParser, required_message
 from pipeline.decode.registry.avro import AvroValues
+from pipeline.decode.registry.protobuf import ProtobufValues
 from pipeline.decode.registry.wire import WireValues
 from pipeline.decode.spark import ERROR_COL, KAFKA_COLS, decoded_columns
 from pipeline.decode.unknown_fields import (
@@ -103,6 +104,11 @@ class ArrowDecoder:
         return AvroValues(self.cfg.registry, self.columns)
 
     @cached_property
+    def protobuf(self) -> ProtobufValues:
+        assert self.cfg.registry is not None
+        return ProtobufValues(self.cfg.registry, self.columns)
+
+    @cached_property
     def wire(self) -> WireValues:
         assert self.cfg.registry is not None
         return WireValues(self.cfg.registry, "JSON")
@@ -140,8 +146,10 @@ class ArrowDecoder:
             return self._assemble(raw, raw_names, coords, error, too_big, none, key, value, headers)
 
         names = [c.name for c in self.columns]
-        if self.cfg.format == "avro":
-            data, error, unknown = self.avro.decode(value.to_pylist(), too_big.to_pylist(), big_msg)
+        binary = self.cfg.format in ("avro", "protobuf")
+        if binary:
+            values = self.avro if self.cfg.format == "avro" else self.protobuf
+            data, error, unknown = values.decode(value.to_pylist(), too_big.to_pylist(), big_msg)
         else:
             text = value  # JSON; for json-schema, what follows the wire format's prefix
             refused = None
@@ -152,7 +160,7 @@ class ArrowDecoder:
                 error = pc.coalesce(refused, error)
         error = apply_policy(error, unknown, self.cfg.unknown_fields == "dead-letter")
         bad = pc.is_valid(error)
-        if self.cfg.format != "avro":
+        if not binary:
             error = refine_errors(error, text, self.parser)
         return self._assemble(data, names, coords, error, bad, unknown, key, value, headers)
 

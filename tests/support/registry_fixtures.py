@@ -33,12 +33,16 @@ def registry_server(home: Path) -> Iterator[SchemaRegistryServer]:
         server.close()
 
 
-def register(url: str, subject: str, schema: dict[str, Any]) -> int:
-    """Register an Avro ``schema`` under ``subject``; its id."""
+def register(
+    url: str, subject: str, schema: dict[str, Any] | str, schema_type: str = "AVRO"
+) -> int:
+    """Register ``schema`` (Avro or JSON Schema as parsed JSON, Protobuf as ``.proto``
+    text) under ``subject``; its id."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     client = SchemaRegistryClient({"url": url})
-    return int(client.register_schema(subject, Schema(json.dumps(schema), "AVRO")))
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    return int(client.register_schema(subject, Schema(text, schema_type)))
 
 
 def avro_bytes(schema_id: int, schema: dict[str, Any], record: dict[str, Any]) -> bytes:

@@ -38,6 +38,8 @@ class RegistrySchema:
     text: str
     subject: str | None = None
     version: int | None = None
+    # the schemas it imports (Protobuf): (the name it imports, subject, version)
+    references: tuple[tuple[str, str, int], ...] = ()
 
     def parsed(self) -> Any:
         return json.loads(self.text)
@@ -88,16 +90,31 @@ class SchemaRegistry:
                 return self._client.get_latest_version(subject)
             return self._client.get_version(subject, self.reg.version)
 
-        found = self._call(lookup, f"subject {subject!r}")
+        return self._registered(self._call(lookup, f"subject {subject!r}"), subject)
+
+    def version_of(self, subject: str, version: int) -> RegistrySchema:
+        """One version of a subject (a schema's reference)."""
+        found = self._call(
+            lambda: self._client.get_version(subject, version),
+            f"subject {subject!r} version {version}",
+        )
+        return self._registered(found, subject)
+
+    @staticmethod
+    def _registered(found: Any, subject: str) -> RegistrySchema:
         s = found.schema
-        return RegistrySchema(found.schema_id, s.schema_type, s.schema_str, subject, found.version)
+        return RegistrySchema(
+            found.schema_id, s.schema_type, s.schema_str, subject, found.version, _refs(s)
+        )
 
     def by_id(self, schema_id: int) -> RegistrySchema:
         """The schema with this id (the wire format's writer schema)."""
         cached = self._by_id.get(schema_id)
         if cached is None:
             s = self._call(lambda: self._client.get_schema(schema_id), f"schema id {schema_id}")
-            cached = RegistrySchema(schema_id, s.schema_type or "AVRO", s.schema_str)
+            cached = RegistrySchema(
+                schema_id, s.schema_type or "AVRO", s.schema_str, references=_refs(s)
+            )
             self._by_id[schema_id] = cached
         return cached
 
@@ -127,3 +144,7 @@ class SchemaRegistry:
                 )
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 5.0)
+
+
+def _refs(schema: Any) -> tuple[tuple[str, str, int], ...]:
+    return tuple((r.name, r.subject, int(r.version)) for r in schema.references or ())

@@ -3,7 +3,8 @@
 ``decode.registry`` names a subject (by the strategy, from the first topic) and a version
 (pinned, or the latest at start), or pins a schema id. :func:`resolve_registry_schema`
 returns the configuration with that schema's id pinned and ``decode.schema`` set to its
-columns (:mod:`pipeline.columns.avro`, :mod:`pipeline.columns.json_schema`), so the rest
+columns (:mod:`pipeline.columns.avro`, :mod:`pipeline.columns.protobuf`,
+:mod:`pipeline.columns.json_schema`), so the rest
 of the pipeline — the tables, schema evolution on restart — reads it as a written one, and
 every task reads records against the same schema id. Idempotent: a resolved configuration
 is returned as it is.
@@ -12,21 +13,23 @@ is returned as it is.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from pipeline.columns import FieldSpec
 from pipeline.columns.avro import avro_fields
 from pipeline.columns.json_schema import json_schema_fields
+from pipeline.columns.protobuf import protobuf_fields
 from pipeline.config import FieldConfig, PipelineConfig
-from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
+from pipeline.decode.registry.client import RegistrySchema, SchemaRegistry, UnknownSchema
+from pipeline.decode.registry.proto_files import ProtoCompileError, compile_schema
 from pipeline.errors import ConfigError
 
 __all__ = ["resolve_registry_schema", "schema_topic"]
 
 # decode.format -> (the registry's schema type, the columns of such a schema)
-_TYPES: dict[str, tuple[str, Callable[[Any], list[FieldSpec]]]] = {
-    "avro": ("AVRO", avro_fields),
-    "json-schema": ("JSON", json_schema_fields),
+_TYPES: dict[str, tuple[str, Callable[[SchemaRegistry, RegistrySchema], list[FieldSpec]]]] = {
+    "avro": ("AVRO", lambda _, schema: avro_fields(schema.parsed())),
+    "protobuf": ("PROTOBUF", lambda client, schema: _protobuf(client, schema)),
+    "json-schema": ("JSON", lambda _, schema: json_schema_fields(schema.parsed())),
 }
 
 
@@ -36,10 +39,6 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
         return cfg
     reg = decode.registry
     assert reg is not None  # the config's validation requires it for a registry format
-    if decode.format not in _TYPES:
-        raise ConfigError(
-            f"decode.format {decode.format} is not supported yet ({', '.join(_TYPES)} are)"
-        )
     client = SchemaRegistry(reg)
     try:
         if reg.schema_id is not None:
@@ -61,12 +60,22 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
             required=f.required,
             doc=f.doc,
         )
-        for f in to_fields(schema.parsed())
+        for f in to_fields(client, schema)
     ]
     pinned = reg.model_copy(update={"schema_id": schema.schema_id})
     return cfg.model_copy(
         update={"decode": decode.model_copy(update={"registry": pinned, "schema_": fields})}
     )
+
+
+def _protobuf(client: SchemaRegistry, schema: RegistrySchema) -> list[FieldSpec]:
+    """The columns of the table's message: ``recordName``, or the schema's first."""
+    try:
+        compiled = compile_schema(client, schema)
+        message = compiled.message(client.reg.record_name)
+    except ProtoCompileError as e:
+        raise ConfigError(f"decode.registry: schema id {schema.schema_id}: {e}") from None
+    return protobuf_fields(message)
 
 
 def schema_topic(cfg: PipelineConfig) -> str:

@@ -28,6 +28,7 @@ from pipeline.config import parse_config
 from pipeline.decode.registry.client import RegistrySchema
 from pipeline.decode.registry.proto_files import compile_schema
 from pipeline.tools.registry import SchemaRegistryServer
+from pipeline.tools.verify import verify_pipeline
 
 HEAD = 'syntax = "proto3";\npackage shop;\nimport "google/protobuf/timestamp.proto";\n'
 V1 = (
@@ -141,6 +142,7 @@ def test_protobuf_records_of_two_versions_land_once_with_their_values(
     )
     data = pipeline_config(tmp_path, bootstrap, topic, sink)
     data["decode"] = {"format": "protobuf", "registry": {"url": url}}
+    data_decode = parse_config(data).decode  # as a user's config says it: not resolved
     pipeline = Pipeline(parse_config(data), spark)
     assert pipeline.cfg.decode.registry is not None and pipeline.cfg.decode.registry.schema_id == v2
     pipeline.run(timeout_s=180)
@@ -160,3 +162,9 @@ def test_protobuf_records_of_two_versions_land_once_with_their_values(
     assert {c: _as_read(rows[c]) for c in produced} == {
         c: _expected(r) for c, r in produced.items()
     }
+    # the independent verifier decodes every record the same way: the data columns
+    # compared, no mismatch
+    (report,) = verify_pipeline(pipeline.cfg.model_copy(update={"decode": data_decode}))
+    totals = report.totals()
+    assert report.ok and totals.mismatched == 0 and totals.missing == 0, totals
+    assert {"id", "device", "items", "tags", "count", "source"} <= set(report.payload_columns)

@@ -45,10 +45,20 @@ def event_avro_schema(payload: bool = False) -> dict[str, Any]:
 class AvroEventEncoder:
     """Registers the events' schema for ``topic`` at ``registry_url``; encodes events."""
 
-    def __init__(self, registry_url: str, topic: str, payload: bool = False) -> None:
+    def __init__(
+        self,
+        registry_url: str,
+        topic: str,
+        payload: bool = False,
+        schema: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """``schema``: another version of the events' schema (default
+        :func:`event_avro_schema`); ``extra``: values of its added fields, in every event."""
         from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-        schema = event_avro_schema(payload)
+        schema = schema or event_avro_schema(payload)
+        self._extra = dict(extra or {})
         client = SchemaRegistryClient({"url": registry_url})
         self.schema_id = int(
             client.register_schema(f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
@@ -57,7 +67,7 @@ class AvroEventEncoder:
         self._prefix = b"\x00" + self.schema_id.to_bytes(4, "big")
 
     def encode_event(self, event: dict[str, Any]) -> bytes:
-        record = dict(event)
+        record = {**event, **self._extra}
         record["ts"] = datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00"))
         buf = io.BytesIO()
         buf.write(self._prefix)

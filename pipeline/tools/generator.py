@@ -139,6 +139,11 @@ def generate_events(spec: GeneratorSpec) -> Iterator[tuple[bytes, bytes]]:
         yield key, value
 
 
+def generate_flagged(spec: GeneratorSpec) -> Iterator[tuple[bytes, bytes, bool]]:
+    """:func:`generate_events` with each value's malformed flag: ``(key, value, bad)``."""
+    return _generate(spec)
+
+
 _PAYLOAD_CORPUS_CHARS = 1 << 22  # 4 MiB: larger than a producer batch, so zstd sees text
 
 

@@ -57,6 +57,8 @@ class DrillSpec:
 
 
 CLUSTER_ONLY = frozenset({"executor-loss"})  # scenarios that need the standalone cluster
+# scenarios whose topic carries Avro through a Schema Registry the rig starts
+REGISTRY_SCENARIOS = frozenset({"avro-schema-change"})
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,14 @@ def drill_config(
     catalog: dict[str, Any] | None,
     master: str | None = None,
     s3: S3Server | None = None,
+    registry_url: str | None = None,
 ) -> dict[str, Any]:
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
     ``master``: a standalone cluster's URL (else local[2,4]); ``s3``: tables in a new
-    bucket of that server. The kill, zombie and standby drills run with background
-    compaction (:data:`compactions.DRILL_COMPACTION`) and background orphan cleanup
-    (:data:`compactions.DRILL_ORPHANS`)."""
+    bucket of that server; ``registry_url``: the topic carries Avro through that Schema
+    Registry (``decode.format: avro``, the subject's latest version). The kill, zombie and
+    standby drills run with background compaction (:data:`compactions.DRILL_COMPACTION`)
+    and background orphan cleanup (:data:`compactions.DRILL_ORPHANS`)."""
     from pipeline.tools.generator import event_schema_fields
 
     sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}
@@ -50,7 +52,11 @@ def drill_config(
     config: dict[str, Any] = {
         "id": f"drill-{spec.scenario}",
         "source": {"bootstrapServers": bootstrap, "topics": [topic]},
-        "decode": {"format": "json", "schema": event_schema_fields()},
+        "decode": (
+            {"format": "json", "schema": event_schema_fields()}
+            if registry_url is None
+            else {"format": "avro", "registry": {"url": registry_url}}
+        ),
         "sink": sink,
         "checkpointLocation": str(workdir / "checkpoint"),
         "trigger": {"mode": "processing-time", "interval": TRIGGER},

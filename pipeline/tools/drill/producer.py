@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from pipeline.commit.offsets import TopicPartition
 
@@ -39,6 +40,9 @@ class RateProducer:
         self.unplaced: dict[int, int] = {p: 0 for p in range(partitions)}
         self._trailing: dict[int, int] = {p: 0 for p in range(partitions)}  # after the last
         self.errors: list[str] = []
+        # re-encodes each generated JSON value (value, malformed) -> bytes: Avro for the
+        # registry drill, whose scenario swaps it for a new schema version mid-drill
+        self.encode: Callable[[bytes, bool], bytes] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._running = threading.Event()
@@ -104,7 +108,7 @@ class RateProducer:
     def _run(self) -> None:
         from confluent_kafka import KafkaError, Message, Producer
 
-        from pipeline.tools.generator import GeneratorSpec, generate_events, send_paced
+        from pipeline.tools.generator import GeneratorSpec, generate_flagged, send_paced
 
         producer = Producer(
             {
@@ -128,7 +132,9 @@ class RateProducer:
 
         spec = GeneratorSpec(count=10**9, malformed_fraction=0.01, seed=self.seed)
         next_slot = time.monotonic()
-        for i, (key, value) in enumerate(generate_events(spec)):
+        for i, (key, generated, bad) in enumerate(generate_flagged(spec)):
+            encode = self.encode
+            value = generated if encode is None else encode(generated, bad)
             if self._stop.is_set():
                 break
             if not self._running.is_set():

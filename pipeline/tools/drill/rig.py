@@ -2,7 +2,8 @@
 producer (producer.py), the driver subprocesses (driver.py), with ``DrillSpec.cluster`` a
 ``StandaloneCluster`` (pipeline/tools/cluster.py: a Spark master and two 1-core workers
 started per drill; drivers then run with ``spark://…`` and their executors in JVMs of
-their own), with ``DrillSpec.storage`` "s3" a SeaweedFS server.
+their own), with ``DrillSpec.storage`` "s3" a SeaweedFS server, for the registry drill
+(``model.REGISTRY_SCENARIOS``) a Schema Registry whose subject the producer writes Avro to.
 
 It samples the table's committed offsets every ``SAMPLE_S`` seconds; the first increase
 after a (re)start closes that start's ``Recovery`` (time to recover = start → first new
@@ -30,6 +31,7 @@ from pipeline.tools.drill import compactions, verdict
 from pipeline.tools.drill.brokers import DrillBroker, nodes_for
 from pipeline.tools.drill.driver import DriverProcess
 from pipeline.tools.drill.model import (
+    REGISTRY_SCENARIOS,
     DrillResult,
     DrillSpec,
     DrillTimeout,
@@ -41,6 +43,7 @@ from pipeline.tools.drill.model import (
 from pipeline.tools.drill.pipeline_config import drill_config
 from pipeline.tools.drill.producer import RateProducer
 from pipeline.tools.objectstore import S3Server
+from pipeline.tools.registry import SchemaRegistryServer
 
 SAMPLE_S = 0.5
 
@@ -70,12 +73,16 @@ class Rig:
         self.result = DrillResult(scenario=spec.label, table_format=spec.table_format)
         self.cluster: StandaloneCluster | None = None
         self.s3: S3Server | None = None
+        self.registry: SchemaRegistryServer | None = None
         self._services = contextlib.ExitStack()  # the Spark cluster, S3 server, Kafka
         try:
             if spec.cluster:
                 self.on_status("starting a standalone Spark cluster")
                 self.cluster = StandaloneCluster(workdir / "cluster", workers=2, cores=1).start()
                 self._services.callback(self.cluster.stop)
+            if spec.scenario in REGISTRY_SCENARIOS:
+                self.on_status("starting a Schema Registry (Apicurio)")
+                self.registry = self._start_registry(workdir / "registry")
             if spec.storage == "s3":
                 self.on_status("starting an S3 server (SeaweedFS)")
                 self.s3 = self._start_s3(workdir / "s3")
@@ -83,6 +90,17 @@ class Rig:
         except BaseException:
             self._services.close()
             raise
+
+    def _start_registry(self, where: Path) -> SchemaRegistryServer:
+        from pipeline.errors import EnvironmentProblem
+        from pipeline.tools.registry import start_registry
+
+        try:
+            server = start_registry(where)
+        except EnvironmentProblem as e:
+            raise SkipDrill(f"no Schema Registry: {e.message}") from None
+        self._services.callback(server.close)
+        return server
 
     def _start_s3(self, where: Path) -> S3Server:
         from pipeline.tools.objectstore import S3Unavailable, start_seaweedfs
@@ -113,6 +131,7 @@ class Rig:
             catalog,
             self.cluster.master_url if self.cluster is not None else None,
             self.s3,
+            self.registry.url if self.registry is not None else None,
         )
         self.config_dict.update(self.overrides)
         self.config_path = workdir / "pipeline.yaml"
@@ -126,6 +145,11 @@ class Rig:
             seed=7,
             conf=self.producer_conf,
         )
+        if self.registry is not None:  # Avro from the first record, the events' schema
+            from pipeline.tools.avro_events import AvroEventEncoder
+
+            encoder = AvroEventEncoder(self.registry.url, self.topic)
+            self.producer.encode = encoder.encode_value
         self.drivers: list[DriverProcess] = []
         self.extra: dict[str, Any] = {}  # scenario resources (e.g. a private PostgreSQL)
         self.recoveries: list[Recovery] = []

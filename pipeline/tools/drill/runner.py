@@ -57,6 +57,7 @@ ORDER = (
     "retention",
     "catalog-outage",
     "schema-change",
+    "avro-schema-change",
 )
 CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
 # The full matrix runs these on S3 (SeaweedFS): Hudi's commit slots take the place of its

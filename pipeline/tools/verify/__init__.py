@@ -148,6 +148,13 @@ def verify_pipeline(
     broker unreachable)."""
     if window < 1:
         raise ConfigError("--window must be at least 1")
+    if payload and cfg.decode.registry_format:
+        # the registry's schema as the pipeline reads it now: each record decoded with its
+        # writer's schema resolved to it, so rows of every version compare, with nulls
+        # where their version lacked a column
+        from pipeline.decode.registry.table_schema import resolve_registry_schema
+
+        cfg = resolve_registry_schema(cfg)
     table_sets = _table_sets(cfg, table_format)
     src = cfg.source
     conf = verifier_consumer_config(src.bootstrap_servers, src.kafka, src.isolation_level)

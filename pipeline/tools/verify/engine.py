@@ -116,6 +116,7 @@ class TableCheck:
         self.raw = cfg.decode.raw
         self.decoder = ValueDecoder(cfg.decode) if payload and not self.raw else None
         self.main_cols = self._columns(main, self._main_payload_cols())
+        report.payload_columns = [c for c in self.main_cols if c not in COORDS]
         self.dead_cols = (
             self._columns(dead, ["key", "value", TIMESTAMP])
             if dead is not None and payload

@@ -141,6 +141,7 @@ class VerifyReport:
     commits: int = 0  # commits carrying a consumption checkpoint that were walked
     notes: list[str] = field(default_factory=list)
     payload_checked: bool = True
+    payload_columns: list[str] = field(default_factory=list)  # the main table's, compared
     window: int = 0
     seconds: float = 0.0
     # why offsets are unverifiable -> how many (sums to totals().unverifiable)
@@ -247,6 +248,7 @@ class VerifyReport:
             "verdict": self.verdict(),
             "commits": self.commits,
             "payload_checked": self.payload_checked,
+            "payload_columns": self.payload_columns,
             "window": self.window,
             "seconds": round(self.seconds, 3),
             "totals": self.totals().to_dict(),

@@ -12,7 +12,8 @@ broker_outage.py   broker-outage (real broker faults on a 3-node Kafka cluster)
 standby.py         standby, standby-pause (warm-standby takeovers)
 lost_state.py      checkpoint-deleted, retention
 catalog_outage.py  catalog-outage (and the private PostgreSQL cluster it stops)
-schema_change.py   schema-change (the table's columns evolve under SIGKILLs)
+schema_change.py   schema-change, avro-schema-change (the table's columns evolve under
+                   SIGKILLs; for Avro, the registry's subject gets new versions mid-run)
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ SCENARIOS: dict[str, Callable[[Rig], None]] = {
     "retention": lost_state.retention,
     "catalog-outage": catalog_outage.catalog_outage,
     "schema-change": schema_change.schema_change,
+    "avro-schema-change": schema_change.avro_schema_change,
 }
 
 __all__ = ["DUAL_KILL_POINTS", "KILL_POINTS", "SCENARIOS", "private_pg_cluster"]

@@ -146,10 +146,14 @@ class Rig:
             conf=self.producer_conf,
         )
         if self.registry is not None:  # Avro from the first record, the events' schema
+            from pipeline.decode.registry.table_schema import resolve_registry_schema
             from pipeline.tools.avro_events import AvroEventEncoder
 
             encoder = AvroEventEncoder(self.registry.url, self.topic)
             self.producer.encode = encoder.encode_value
+            # the rig observes and counts through columns of its own (the drivers' config
+            # stays unresolved: they follow the subject's versions)
+            self.cfg = resolve_registry_schema(self.cfg)
         self.drivers: list[DriverProcess] = []
         self.extra: dict[str, Any] = {}  # scenario resources (e.g. a private PostgreSQL)
         self.recoveries: list[Recovery] = []

@@ -62,7 +62,7 @@ def test_full_matrix_selection_runs_every_scenario_on_both_formats() -> None:
     assert all(s.kills == 20 for s in kills)
     per_format = {f: {s.scenario for s in specs if s.table_format == f} for f in FORMATS}
     others = {"task-failure", "broker-outage", "zombie", "standby", "checkpoint-deleted"}
-    others |= {"retention", "executor-loss", "schema-change"}
+    others |= {"retention", "executor-loss", "schema-change", "avro-schema-change"}
     assert {s.kills for s in select("full", [], [], 20, 1.0, 3) if s.scenario == "standby"} == {3}
     # executor-loss runs on a standalone cluster, with its own kill count
     loss = [s for s in select("full", [], [], 20, 1.0, 3, 2) if s.scenario == "executor-loss"]

@@ -27,17 +27,12 @@ from typing import Any
 
 import fastavro
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline.columns import Column
 from pipeline.config import RegistryConfig
-from pipeline.decode.arrow_types import arrow_type
-from pipeline.decode.registry.wire import NOT_WIRE, WireValues
-from pipeline.decode.unknown_fields import UNKNOWN_TYPE
+from pipeline.decode.registry.wire import Decoded, WireValues, decode_each
 
 __all__ = ["AvroValues"]
-
-_MAGIC = 0
 
 
 @dataclass
@@ -78,31 +73,9 @@ class AvroValues:
         """(data columns, ``_error``, ``_unknown``), one row per value, in order. A record
         written with a newer schema than the table's has fields the table lacks: Avro's
         resolution drops them, and ``_unknown`` names them (``decode.unknownFields``)."""
-        rows: list[dict[str, Any] | None] = []
-        errors: list[str | None] = []
-        unknown: list[list[str] | None] = []
-        for raw, big in zip(values, too_big, strict=True):
-            row, err, extra = self._one(raw, big, big_msg)
-            rows.append(row)
-            errors.append(err)
-            unknown.append(extra)
-        struct = pa.struct([(c.name, arrow_type(c.type)) for c in self.columns])
-        table = pa.array(rows, type=struct)
-        data = [table.field(i) for i in range(len(self.columns))]
-        if table.null_count:  # a null row is a dead letter: its columns are null too
-            valid = table.is_valid()
-            data = [pc.if_else(valid, d, pa.nulls(len(d), d.type)) for d in data]
-        return data, pa.array(errors, pa.string()), pa.array(unknown, UNKNOWN_TYPE)
+        return decode_each(values, too_big, big_msg, self.columns, self._record)
 
-    def _one(
-        self, raw: bytes | None, big: bool, big_msg: str
-    ) -> tuple[dict[str, Any] | None, str | None, list[str] | None]:
-        if raw is None:
-            return None, "null value", None
-        if big:
-            return None, big_msg, None
-        if len(raw) < 5 or raw[0] != _MAGIC:
-            return None, NOT_WIRE, None
+    def _record(self, raw: bytes) -> Decoded:
         schema_id = int.from_bytes(raw[1:5], "big")
         writer = self._writer(schema_id)
         if writer.refused is not None:

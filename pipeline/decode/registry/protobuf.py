@@ -31,7 +31,6 @@ from datetime import UTC
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -39,10 +38,8 @@ from google.protobuf.message import DecodeError, Message
 from pipeline.columns import Column
 from pipeline.columns.protobuf import WELL_KNOWN, type_name
 from pipeline.config import RegistryConfig
-from pipeline.decode.arrow_types import arrow_type
 from pipeline.decode.registry.proto_files import ProtoCompileError, compile_schema
-from pipeline.decode.registry.wire import NOT_WIRE, WireValues
-from pipeline.decode.unknown_fields import UNKNOWN_TYPE
+from pipeline.decode.registry.wire import Decoded, WireValues, decode_each
 
 __all__ = ["ProtobufValues", "message_indexes"]
 
@@ -90,31 +87,9 @@ class ProtobufValues:
         self, values: list[bytes | None], too_big: list[bool], big_msg: str
     ) -> tuple[list[pa.Array], pa.Array, pa.Array]:
         """(data columns, ``_error``, ``_unknown``), one row per value, in order."""
-        rows: list[dict[str, Any] | None] = []
-        errors: list[str | None] = []
-        unknown: list[list[str] | None] = []
-        for raw, big in zip(values, too_big, strict=True):
-            row, err, extra = self._one(raw, big, big_msg)
-            rows.append(row)
-            errors.append(err)
-            unknown.append(extra)
-        struct = pa.struct([(c.name, arrow_type(c.type)) for c in self.columns])
-        table = pa.array(rows, type=struct)
-        data = [table.field(i) for i in range(len(self.columns))]
-        if table.null_count:  # a dead letter's columns are null too
-            valid = table.is_valid()
-            data = [pc.if_else(valid, d, pa.nulls(len(d), d.type)) for d in data]
-        return data, pa.array(errors, pa.string()), pa.array(unknown, UNKNOWN_TYPE)
+        return decode_each(values, too_big, big_msg, self.columns, self._record)
 
-    def _one(
-        self, raw: bytes | None, big: bool, big_msg: str
-    ) -> tuple[dict[str, Any] | None, str | None, list[str] | None]:
-        if raw is None:
-            return None, "null value", None
-        if big:
-            return None, big_msg, None
-        if len(raw) < 6 or raw[0] != 0:
-            return None, NOT_WIRE, None
+    def _record(self, raw: bytes) -> Decoded:
         schema_id = int.from_bytes(raw[1:5], "big")
         try:
             indexes, start = message_indexes(raw, 5)

@@ -2,11 +2,13 @@
 payload. For ``decode.format: json-schema`` the payload is JSON text, decoded by the JSON
 path (:mod:`pipeline.decode.arrow`) once the prefix is cut; each record's schema id must be
 one the registry knows, of the right type (:meth:`WireValues.reason`, which the Avro path
-asks too).
+asks too). The binary formats (Avro, Protobuf) share :func:`decode_each`: the checks every
+value passes first and the one conversion of a batch's rows to Arrow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,13 +16,53 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.columns import Column
 from pipeline.config import RegistryConfig
+from pipeline.decode.arrow_types import arrow_type
 from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
+from pipeline.decode.unknown_fields import UNKNOWN_TYPE
 
-__all__ = ["NOT_WIRE", "WireValues"]
+__all__ = ["NOT_WIRE", "Decoded", "WireValues", "decode_each"]
 
 NOT_WIRE = "not in the Confluent wire format (no magic byte and schema id)"
 _PREFIX = 5
+#: one record's (row, error, unknown field names)
+Decoded = tuple[dict[str, Any] | None, str | None, list[str] | None]
+
+
+def decode_each(
+    values: Sequence[bytes | None],
+    too_big: Sequence[bool],
+    big_msg: str,
+    columns: Sequence[Column],
+    record: Callable[[bytes], Decoded],
+) -> tuple[list[pa.Array], pa.Array, pa.Array]:
+    """A binary format's batch, one ``record`` call per wire-format value: (data columns,
+    ``_error``, ``_unknown``), one row per value, in order. Null, over-size and
+    non-wire-format values are refused here; the rows become Arrow in one conversion."""
+    rows: list[dict[str, Any] | None] = []
+    errors: list[str | None] = []
+    unknown: list[list[str] | None] = []
+    for raw, big in zip(values, too_big, strict=True):
+        decoded: Decoded
+        if raw is None:
+            decoded = None, "null value", None
+        elif big:
+            decoded = None, big_msg, None
+        elif len(raw) < _PREFIX or raw[0] != 0:
+            decoded = None, NOT_WIRE, None
+        else:
+            decoded = record(raw)
+        row, err, extra = decoded
+        rows.append(row)
+        errors.append(err)
+        unknown.append(extra)
+    table = pa.array(rows, type=pa.struct([(c.name, arrow_type(c.type)) for c in columns]))
+    data = [table.field(i) for i in range(len(columns))]
+    if table.null_count:  # a dead letter's columns are null too
+        valid = table.is_valid()
+        data = [pc.if_else(valid, d, pa.nulls(len(d), d.type)) for d in data]
+    return data, pa.array(errors, pa.string()), pa.array(unknown, UNKNOWN_TYPE)
 
 
 @dataclass

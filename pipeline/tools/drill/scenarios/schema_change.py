@@ -51,6 +51,19 @@ def evolved(schema: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*out, *copy.deepcopy(ADDED)]
 
 
+def _die_at(rig: Rig, d: DriverProcess, point: str) -> None:
+    try:
+        rig.wait_until(exited(d), POINT_TIMEOUT_S, f"for fault {point}")
+    except DrillTimeout:
+        rig.kill_driver(f"SIGKILL (random; {point} not reached)")
+        rig.result.notes.append(f"{point} not reached within {POINT_TIMEOUT_S:.0f}s")
+        return
+    d.reap()
+    if d.poll() != -9:
+        rig.result.problems.append(f"driver armed with {point} exited {d.poll()}: {d.error_line()}")
+    rig.event("kill", point)
+
+
 def schema_change(rig: Rig) -> None:
     first_commit(rig)
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
@@ -60,19 +73,7 @@ def schema_change(rig: Rig) -> None:
     rig.cfg = parse_config(rig.config_dict)
     rig.event("schema-change", "payload, context added; page made optional")
     for point in SCHEMA_POINTS:
-        d = rig.start_driver(fault=f"{point}:kill")
-        try:
-            rig.wait_until(exited(d), POINT_TIMEOUT_S, f"for fault {point}")
-        except DrillTimeout:
-            rig.kill_driver(f"SIGKILL (random; {point} not reached)")
-            rig.result.notes.append(f"{point} not reached within {POINT_TIMEOUT_S:.0f}s")
-            continue
-        d.reap()
-        if d.poll() != -9:
-            rig.result.problems.append(
-                f"driver armed with {point} exited {d.poll()}: {d.error_line()}"
-            )
-        rig.event("kill", point)
+        _die_at(rig, rig.start_driver(fault=f"{point}:kill"), point)
     rig.start_driver()
     rig.wait_commits(2, timeout=COMMIT_TIMEOUT_S)
     finish(rig)
@@ -114,19 +115,6 @@ def _register(rig: Rig, version: int) -> None:
     encoder = AvroEventEncoder(rig.registry.url, rig.topic, schema=schema, extra=extra)
     rig.producer.encode = encoder.encode_value
     rig.event("schema-change", f"version {version} registered (schema id {encoder.schema_id})")
-
-
-def _die_at(rig: Rig, d: DriverProcess, point: str) -> None:
-    try:
-        rig.wait_until(exited(d), POINT_TIMEOUT_S, f"for fault {point}")
-    except DrillTimeout:
-        rig.kill_driver(f"SIGKILL (random; {point} not reached)")
-        rig.result.notes.append(f"{point} not reached within {POINT_TIMEOUT_S:.0f}s")
-        return
-    d.reap()
-    if d.poll() != -9:
-        rig.result.problems.append(f"driver armed with {point} exited {d.poll()}: {d.error_line()}")
-    rig.event("kill", point)
 
 
 def avro_schema_change(rig: Rig) -> None:

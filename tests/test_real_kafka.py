@@ -205,6 +205,7 @@ def test_real_retention_under_a_stopped_pipeline(
     assert (v.lost, v.unverifiable, v.missing) == (low - 200, 200, 0), v
 
 
+@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
 def test_compacted_topic_gaps_are_not_data_loss(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
@@ -264,6 +265,7 @@ def test_partitions_added_while_running_are_read_from_their_start(
     assert {part for _, part, _ in coords(p)} == {0, 1, 2, 3}
 
 
+@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
 def test_sasl_scram_password_from_the_environment_is_never_shown(
     spark: Any,
     kafka_broker: KafkaTestBroker,

@@ -3,7 +3,8 @@ level (:mod:`pipeline.decode.arrow` uses them).
 
 * :func:`arrow_type` is what Spark's ``from_json`` gives, as Arrow; :func:`fast_type` what
   pyarrow's JSON reader is asked for (dates and timestamps as strings, binary as int8);
-  :func:`has_map` tells a schema the reader cannot parse (it has no map type).
+  :func:`has_map` tells a schema the reader cannot parse (it has no map type);
+  :func:`from_python_type` what Python rows are converted to before that cast.
 * :func:`finish` turns a parsed column into the decoded one, recursing through structs
   and lists, and returns the mask of its values the slow path must take instead: a date or
   timestamp in another shape than the canonical ISO one, a binary value, a required nested
@@ -49,6 +50,22 @@ def arrow_type(t: ColumnType) -> pa.DataType:
     if isinstance(t, MapOf):
         return pa.map_(pa.string(), arrow_type(t.value))
     return pa.struct([pa.field(c.name, arrow_type(c.type)) for c in t.fields])
+
+
+def from_python_type(t: ColumnType) -> pa.DataType:
+    """The type Python rows (the registry decoders') are converted to first:
+    :func:`arrow_type` with zoned timestamps naive. pyarrow converts an aware ``datetime``
+    to a naive timestamp (as UTC) about 5 times faster than to a zoned one (measured: 0.4 against
+    2.3 µs a value); the cast to :func:`arrow_type` after it only sets the zone."""
+    if isinstance(t, Primitive) and t.name == "timestamptz":
+        return pa.timestamp("us")
+    if isinstance(t, ListOf):
+        return pa.list_(from_python_type(t.element))
+    if isinstance(t, MapOf):
+        return pa.map_(pa.string(), from_python_type(t.value))
+    if isinstance(t, StructOf):
+        return pa.struct([pa.field(c.name, from_python_type(c.type)) for c in t.fields])
+    return arrow_type(t)
 
 
 def has_map(t: ColumnType) -> bool:

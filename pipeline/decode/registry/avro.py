@@ -83,7 +83,9 @@ class AvroValues:
         buf = io.BytesIO(raw)
         buf.seek(5)
         try:
-            record = fastavro.schemaless_reader(buf, writer.parsed, self._parsed_reader())
+            # the table's own schema id: nothing to resolve (skipping it saves ~15 %)
+            reader = None if schema_id == self.registry.schema_id else self._parsed_reader()
+            record = fastavro.schemaless_reader(buf, writer.parsed, reader)
         except fastavro.read.SchemaResolutionError as e:
             why = f"cannot be read as the table's schema: {e}"
             return None, f"schema id {schema_id}: {why}", None

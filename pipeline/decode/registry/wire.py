@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from pipeline.columns import Column
 from pipeline.config import RegistryConfig
-from pipeline.decode.arrow_types import arrow_type
+from pipeline.decode.arrow_types import arrow_type, from_python_type
 from pipeline.decode.registry.client import SchemaRegistry, UnknownSchema
 from pipeline.decode.unknown_fields import UNKNOWN_TYPE
 
@@ -57,7 +57,11 @@ def decode_each(
         rows.append(row)
         errors.append(err)
         unknown.append(extra)
-    table = pa.array(rows, type=pa.struct([(c.name, arrow_type(c.type)) for c in columns]))
+    final = pa.struct([(c.name, arrow_type(c.type)) for c in columns])
+    first = pa.struct([(c.name, from_python_type(c.type)) for c in columns])
+    table = pa.array(rows, type=first)
+    if first != final:  # zoned timestamps: converted naive (UTC), the zone set by a cast
+        table = table.cast(final)
     data = [table.field(i) for i in range(len(columns))]
     if table.null_count:  # a dead letter's columns are null too
         valid = table.is_valid()

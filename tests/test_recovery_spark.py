@@ -133,6 +133,7 @@ def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Pa
     assert snap.summary.additional_properties["ingest.instant"] == pending.time
 
 
+@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
 def test_restored_old_checkpoint_drops_overlap_or_fails(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

@@ -20,9 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import arrow_coords, hudi_read, pipeline_config
+from support.drivers import arrow_coords, pipeline_config
 from support.kafka_fixtures import KafkaTestBroker
-from support.registry_fixtures import avro_bytes, produce_values, register
+from support.registry_fixtures import (
+    avro_bytes,
+    produce_values,
+    read_main_and_dead,
+    register,
+    registry_sink,
+)
 
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
@@ -114,19 +120,6 @@ def _as_read(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _sink(tmp: Path, table_format: str) -> dict[str, Any]:
-    if table_format == "iceberg":
-        return {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.orders"}
-    return {"format": "hudi", "table": "db.orders", "hudi": {"basePath": str(tmp / "h")}}
-
-
-def _read(pipeline: Pipeline, tmp: Path, table_format: str) -> tuple[Any, Any]:
-    if table_format == "iceberg":
-        main, dead = pipeline.tables.main.table(), pipeline.tables.dead_letter.table()  # type: ignore[attr-defined]
-        return main.scan().to_arrow(), dead.scan().to_arrow()
-    return hudi_read(tmp / "h"), hudi_read(tmp / "h_dead_letter")
-
-
 @pytest.mark.parametrize("table_format", ["iceberg", pytest.param("hudi", marks=pytest.mark.slow)])
 def test_avro_records_of_two_versions_land_once_with_their_values(
     spark: Any,
@@ -167,13 +160,13 @@ def test_avro_records_of_two_versions_land_once_with_their_values(
     produced = dict(zip(coords, records, strict=False))
     reasons_wanted = dict(zip(coords[len(good) :], bad.values(), strict=True))
 
-    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, table_format))
+    data = pipeline_config(tmp_path, bootstrap, topic, registry_sink(tmp_path, table_format))
     data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
     pipeline = Pipeline(parse_config(data), spark)
     assert pipeline.cfg.decode.registry is not None and pipeline.cfg.decode.registry.schema_id == v2
     pipeline.run(timeout_s=180)
 
-    main, dead = _read(pipeline, tmp_path, table_format)
+    main, dead = read_main_and_dead(pipeline, tmp_path, table_format)
     assert arrow_coords(main) + arrow_coords(dead) == Counter(coords)  # exactly once
     got_reasons = dict(
         zip(
@@ -203,7 +196,7 @@ def test_a_subject_the_registry_does_not_know_is_one_line(
 ) -> None:
     topic = kafka_broker.new_topic("avro-nosubject", 1)
     data = pipeline_config(
-        tmp_path, kafka_broker.bootstrap_servers, topic, _sink(tmp_path, "iceberg")
+        tmp_path, kafka_broker.bootstrap_servers, topic, registry_sink(tmp_path, "iceberg")
     )
     data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
     with pytest.raises(ConfigError, match=f"subject '{topic}-value': not in the registry"):
@@ -312,14 +305,14 @@ def test_new_versions_while_running_evolve_the_table_once_and_lose_nothing(
     def until(stats: Any) -> bool:
         return phase["n"] == 2 and time.monotonic() - phase["at"] > 15
 
-    data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, table_format))
+    data = pipeline_config(tmp_path, bootstrap, topic, registry_sink(tmp_path, table_format))
     data["decode"] = {"format": "avro", "registry": {"url": schema_registry.url}}
     data["trigger"] = {"mode": "processing-time", "interval": "1 second"}
     run_following_registry(parse_config(data), spark, tick=tick, until=until, timeout_s=240)
 
     final = Pipeline(parse_config(data), spark)
     assert final.cfg.decode.registry is not None and final.cfg.decode.registry.schema_id == ids[3]
-    main, dead = _read(final, tmp_path, table_format)
+    main, dead = read_main_and_dead(final, tmp_path, table_format)
     assert dead is None or dead.num_rows == 0
     assert arrow_coords(main) == Counter(list(produced))  # every record once
     by_coord = {
@@ -352,7 +345,7 @@ def test_an_unreachable_registry_is_one_line_and_exit_2_after_the_retry_window(
 
     topic = kafka_broker.new_topic("avro-noregistry", 1)
     data = pipeline_config(
-        tmp_path, kafka_broker.bootstrap_servers, topic, _sink(tmp_path, "iceberg")
+        tmp_path, kafka_broker.bootstrap_servers, topic, registry_sink(tmp_path, "iceberg")
     )
     url = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"  # nothing listens there
     data["decode"] = {"format": "avro", "registry": {"url": url, "retrySeconds": 3}}
@@ -386,7 +379,7 @@ def test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_writt
         coords = produce_values(
             bootstrap, topic, [avro_bytes(sid, E1, _event(n, 1)) for n in range(50)]
         )
-        data = pipeline_config(tmp_path, bootstrap, topic, _sink(tmp_path, "iceberg"))
+        data = pipeline_config(tmp_path, bootstrap, topic, registry_sink(tmp_path, "iceberg"))
         data["decode"] = {"format": "avro", "registry": {"url": registry.url, "retrySeconds": 4}}
         data["trigger"] = {"mode": "processing-time", "interval": "1 second"}
 

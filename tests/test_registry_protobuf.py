@@ -19,9 +19,14 @@ from typing import Any
 
 import pytest
 from google.protobuf import message_factory
-from support.drivers import arrow_coords, hudi_read, pipeline_config
+from support.drivers import arrow_coords, pipeline_config
 from support.kafka_fixtures import KafkaTestBroker
-from support.registry_fixtures import produce_values, register
+from support.registry_fixtures import (
+    produce_values,
+    read_main_and_dead,
+    register,
+    registry_sink,
+)
 
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
@@ -135,23 +140,14 @@ def test_protobuf_records_of_two_versions_land_once_with_their_values(
     produced = dict(zip(coords, records, strict=False))
     reasons_wanted = dict(zip(coords[len(good) :], bad.values(), strict=True))
 
-    sink: dict[str, Any] = (
-        {"catalog": {"warehouse": str(tmp_path / "warehouse")}, "table": "db.orders"}
-        if table_format == "iceberg"
-        else {"format": "hudi", "table": "db.orders", "hudi": {"basePath": str(tmp_path / "h")}}
-    )
-    data = pipeline_config(tmp_path, bootstrap, topic, sink)
+    data = pipeline_config(tmp_path, bootstrap, topic, registry_sink(tmp_path, table_format))
     data["decode"] = {"format": "protobuf", "registry": {"url": url}}
     data_decode = parse_config(data).decode  # as a user's config says it: not resolved
     pipeline = Pipeline(parse_config(data), spark)
     assert pipeline.cfg.decode.registry is not None and pipeline.cfg.decode.registry.schema_id == v2
     pipeline.run(timeout_s=180)
 
-    if table_format == "iceberg":
-        tables = pipeline.tables.main.table(), pipeline.tables.dead_letter.table()  # type: ignore[attr-defined]
-        main, dead = (t.scan().to_arrow() for t in tables)
-    else:
-        main, dead = hudi_read(tmp_path / "h"), hudi_read(tmp_path / "h_dead_letter")
+    main, dead = read_main_and_dead(pipeline, tmp_path, table_format)
     assert arrow_coords(main) + arrow_coords(dead) == Counter(coords)  # exactly once
     keys = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
     reasons = {tuple(r[k] for k in keys): r["error"] for r in dead.to_pylist()}

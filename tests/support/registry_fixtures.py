@@ -78,3 +78,21 @@ def produce_values(
     producer.flush(30)
     assert not errors and all(c is not None for c in out), errors
     return [c for c in out if c is not None]
+
+
+def registry_sink(tmp: Path, table_format: str) -> dict[str, Any]:
+    """The ``sink`` section of a registry test: ``db.orders`` on Iceberg or Hudi."""
+    if table_format == "iceberg":
+        return {"catalog": {"warehouse": str(tmp / "warehouse")}, "table": "db.orders"}
+    return {"format": "hudi", "table": "db.orders", "hudi": {"basePath": str(tmp / "h")}}
+
+
+def read_main_and_dead(pipeline: Any, tmp: Path, table_format: str) -> tuple[Any, Any]:
+    """The main and dead-letter tables of :func:`registry_sink`, as Arrow."""
+    if table_format == "iceberg":
+        tables = pipeline.tables.main.table(), pipeline.tables.dead_letter.table()
+        main, dead = (t.scan().to_arrow() for t in tables)
+        return main, dead
+    from support.drivers import hudi_read
+
+    return hudi_read(tmp / "h"), hudi_read(tmp / "h_dead_letter")

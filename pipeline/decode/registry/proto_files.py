@@ -114,17 +114,17 @@ def _sources(
 
 def _load(sources: dict[str, str]) -> FileDescriptor:
     pool = descriptor_pool.DescriptorPool()
-    texts = {n: t for n, t in sources.items() if _descriptor(t) is None}
+    parsed = {n: _descriptor(t) for n, t in sources.items()}  # None: .proto text
+    texts = {n: sources[n] for n, proto in parsed.items() if proto is None}
     added: set[str] = set()
     if texts:
         for proto in _protoc(texts).file:
             pool.Add(proto)
             added.add(proto.name)
-    for name, text in sources.items():  # the base64 ones: their imports first
-        proto = _descriptor(text)
-        if proto is not None and name not in added:
-            proto.name = name
-            _add_with_imports(pool, proto, sources, added)
+    for name, found in parsed.items():  # the base64 ones: their imports first
+        if found is not None and name not in added:
+            found.name = name
+            _add_with_imports(pool, found, sources, added)
     return pool.FindFileByName(_MAIN)
 
 

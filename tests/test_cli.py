@@ -97,7 +97,7 @@ def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
         check_java()
 
 
-@pytest.mark.slow  # spark-submit starts its own JVM and driver (~33 s): CI's slow stage
+@pytest.mark.extended  # CI's budget: test_cluster's spark-submit to a standalone cluster covers it
 def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Path) -> None:
     """`spark-submit pipeline/main.py --config …` (a bare --config means `run`)."""
     import yaml

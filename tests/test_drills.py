@@ -370,10 +370,10 @@ def _in_ci_subset(spec: DrillSpec) -> bool:
 def test_full_drill_matrix(tmp_path: Path) -> None:
     # INGEST_DRILL_OUT keeps report.json and timeline.png
     out = Path(os.environ.get("INGEST_DRILL_OUT") or tmp_path)
-    # the standby drill: 3 SIGKILLs of the active and a pause (each kill waits for a new
-    # standby to warm up); executor-loss: 2 worker+executor SIGKILLs (mid-write, then
-    # mid-commit)
-    report = _run(out, "full", [], CI_KILLS, standby_kills=3, executor_kills=2, only=_in_ci_subset)
+    # the standby drill: 2 SIGKILLs of the active and a pause (each kill waits for a new
+    # standby to warm up; CI's budget, the committed report has 5); executor-loss: 2
+    # worker+executor SIGKILLs (mid-write, then mid-commit)
+    report = _run(out, "full", [], CI_KILLS, standby_kills=2, executor_kills=2, only=_in_ci_subset)
     assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
     assert report["broker"] == broker_info(None)  # the drills' own clusters
     ran = [d for d in report["drills"] if d["verdict"] != "skipped"]
@@ -396,8 +396,8 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
         assert d["recommits"] >= 1 and d["rollbacks"] >= 1
     (standby,) = [d for d in ran if d["scenario"] == "standby"]
     # every kill and the pause: a take-over and its first commit
-    assert standby["faults"] == 3 + 2 and standby["restarts"] == 4
-    assert len(standby["recover_s"]) == 4
+    assert standby["faults"] == 2 + 2 and standby["restarts"] == 3
+    assert len(standby["recover_s"]) == 3
     assert any(n.startswith("resumed driver stopped") for n in standby["notes"]), standby["notes"]
     (loss,) = [d for d in ran if d["scenario"] == "executor-loss"]
     assert loss["faults"] == 2 and len(loss["recover_s"]) == 2  # each kill recovered

@@ -205,7 +205,7 @@ def test_sigterm_mid_batch_and_idle_iceberg(kafka_broker: KafkaTestBroker, tmp_p
     _mid_batch_then_idle(kafka_broker, tmp_path, "iceberg")
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # CI's budget: the Iceberg variant runs in CI (the stop is the driver's)
 def test_sigterm_mid_batch_and_idle_hudi(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     pytest.importorskip("hudi")
     _mid_batch_then_idle(kafka_broker, tmp_path, "hudi")
@@ -213,8 +213,8 @@ def test_sigterm_mid_batch_and_idle_hudi(kafka_broker: KafkaTestBroker, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    # Hudi: `pytest -m extended` (the stop path is format-blind up to the commit, which
-    # test_sigterm_mid_batch_and_idle_hudi covers; CI's 60-minute budget)
+    # Hudi: `pytest -m extended` (the stop path is format-blind up to the commit; CI's
+    # 60-minute budget)
     "fmt",
     ["iceberg", pytest.param("hudi", marks=pytest.mark.extended)],
 )

@@ -221,7 +221,7 @@ def parquet(server: S3Server, base: str) -> set[str]:
     return {k for k in keys(server, base) if k.endswith(".parquet") and not k.startswith(".")}
 
 
-@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
+@pytest.mark.extended  # CI's budget: the drill stage's Hudi kill and zombie drills run on S3
 def test_pipeline_into_hudi_on_s3_exactly_once_recovery_and_lost_checkpoint(
     spark: Any, kafka_broker: Any, s3_server: S3Server, tmp_path: Path
 ) -> None:

@@ -164,7 +164,7 @@ def catalog_outage_config(
 # -- catalog ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
+@pytest.mark.extended  # CI's budget: the drill stage's catalog-outage drill covers it
 def test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes(
     spark: Any, pg_cluster: PgCluster, catalog_outage_config: Any
 ) -> None:

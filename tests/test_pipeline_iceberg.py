@@ -130,7 +130,7 @@ def test_unknown_field_type_is_one_clear_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "varchar" in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
-@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
+@pytest.mark.extended  # CI's budget: test_cli_errors' run-unreachable-broker case covers it
 def test_unreachable_broker_is_one_clear_line(tmp_path: Path) -> None:
     r = _run_exits_2(
         tmp_path / "p.yaml",

@@ -105,7 +105,7 @@ def _load(config: Path) -> Any:
     return load_config(config)
 
 
-@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
+@pytest.mark.extended  # CI's budget: the drill stage's kill drills recommit (counted)
 def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     topic = kafka_broker.new_topic("recommit", 2)
     config = _config_file(
@@ -171,7 +171,7 @@ def test_restored_old_checkpoint_drops_overlap_or_fails(
     }
 
 
-@pytest.mark.slow  # default suite under 12 minutes: CI's slow stage runs it
+@pytest.mark.extended  # CI's budget: the drill stage's executor-loss drill covers it
 def test_worker_killed_mid_write_is_retried_without_duplicates(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

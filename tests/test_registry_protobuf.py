@@ -106,7 +106,9 @@ def _as_read(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("table_format", ["iceberg", pytest.param("hudi", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "table_format", ["iceberg", pytest.param("hudi", marks=pytest.mark.extended)]
+)
 def test_protobuf_records_of_two_versions_land_once_with_their_values(
     spark: Any,
     kafka_broker: KafkaTestBroker,

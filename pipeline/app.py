@@ -360,7 +360,7 @@ def run_following_registry(
     from pipeline.errors import find_pipeline_error
 
     done = RunStats()
-    followed: int | None = None  # the schema id the last start followed
+    followed: tuple[int | None, int | None] | None = None  # the last start's (value, key) ids
     while True:
         pipeline = Pipeline(cfg, spark)
         if started is not None:
@@ -371,9 +371,12 @@ def run_following_registry(
             line = find_pipeline_error(e, tagged=True) or ""
             if not line.startswith("[ingest:schema-advanced]"):
                 raise
-            reg = pipeline.cfg.decode.registry
-            now = reg.schema_id if reg is not None else None
-            if now is not None and now == followed:  # the restart did not move: never loop
+            dec = pipeline.cfg.decode
+            now = (
+                dec.registry.schema_id if dec.registry is not None else None,
+                dec.key.schema_id if dec.key is not None else None,
+            )
+            if now == followed:  # the restart did not move: never loop
                 raise
             followed = now
             log.info("pipeline %s: %s", cfg.id, line)

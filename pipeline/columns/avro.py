@@ -28,7 +28,7 @@ from typing import Any
 from pipeline.columns.model import FieldSpec, TypeSpec
 from pipeline.errors import ConfigError
 
-__all__ = ["avro_fields"]
+__all__ = ["avro_fields", "avro_type"]
 
 _PRIMITIVE = {
     "boolean": "boolean",
@@ -57,6 +57,12 @@ def avro_fields(schema: Any) -> list[FieldSpec]:
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
         raise ConfigError("an Avro value schema must be a record to become table columns")
     return [_field(f, str(schema.get("name", "record")), set()) for f in schema["fields"]]
+
+
+def avro_type(schema: Any, path: str) -> TypeSpec:
+    """The column type of a whole Avro schema (a record key: ``struct``; or a primitive)."""
+    _, inner = _unwrap(schema, path)
+    return _type(inner, path, set())
 
 
 def _field(f: Mapping[str, Any], path: str, seen: set[str]) -> FieldSpec:

@@ -23,6 +23,7 @@ from pipeline.config.decode import (
     REGISTRY_FORMATS,
     DecodeConfig,
     FieldConfig,
+    KeyConfig,
     RegistryAuthConfig,
     RegistryConfig,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "FieldConfig",
     "HaConfig",
     "HudiConfig",
+    "KeyConfig",
     "MaintenanceConfig",
     "MetricsConfig",
     "OrphanCleanupConfig",

@@ -65,11 +65,26 @@ class RegistryConfig(_Model):
 
 
 REGISTRY_FORMATS = ("avro", "protobuf", "json-schema")
+RegistryFormat = Literal["avro", "protobuf", "json-schema"]
+
+
+class KeyConfig(_Model):
+    """The record key, decoded through ``decode.registry`` like the value and stored in one
+    column: a struct of the key schema's fields, or the primitive an Avro key schema is.
+    Its subject follows ``decode.registry.subjectStrategy``: ``<topic>-key``,
+    ``<recordName>`` or ``<topic>-<recordName>`` (this section's ``recordName``)."""
+
+    format: RegistryFormat
+    column: str = Field(default="key", min_length=1)
+    record_name: str | None = None
+    version: int | Literal["latest"] = "latest"
+    schema_id: int | None = Field(default=None, ge=0)
 
 
 class DecodeConfig(_Model):
     format: Literal["json", "raw", "avro", "protobuf", "json-schema"] = "json"
     registry: RegistryConfig | None = None
+    key: KeyConfig | None = None  # the key decoded too (registry formats)
     schema_: list[FieldConfig] = Field(default_factory=list, alias="schema")
     max_record_bytes: int = Field(default=1_048_576, ge=1)
     # arrow: tasks read Kafka and decode in Python (Kafka -> Arrow -> Parquet, no JVM rows);
@@ -108,7 +123,18 @@ class DecodeConfig(_Model):
                     f"decode.format {self.format} is read by decode.engine arrow only "
                     f"(got {self.engine})"
                 )
+            strategy = self.registry.subject_strategy
+            if self.key is not None and strategy != "topic-name" and not self.key.record_name:
+                raise ValueError(
+                    f"decode.key.recordName is required with decode.registry.subjectStrategy "
+                    f"{strategy}"
+                )
             return self
+        if self.key is not None:
+            raise ValueError(
+                f"decode.key needs a registry format for the value (avro, protobuf or "
+                f"json-schema); decode.format is {self.format}"
+            )
         if not self.raw and not self.schema_:
             raise ValueError("decode.schema must list the fields when decode.format is json")
         names = [f.name for f in self.schema_]

@@ -47,6 +47,7 @@ from pipeline.config import DecodeConfig
 from pipeline.decode.arrow_types import arrow_type, fast_type, finish, has_map
 from pipeline.decode.json_values import MALFORMED, RecordParser, required_message
 from pipeline.decode.registry.avro import AvroValues
+from pipeline.decode.registry.keys import key_decode_config, merge_key
 from pipeline.decode.registry.protobuf import ProtobufValues
 from pipeline.decode.registry.wire import WireValues
 from pipeline.decode.spark import ERROR_COL, KAFKA_COLS, decoded_columns
@@ -92,7 +93,23 @@ class ArrowDecoder:
 
     @cached_property
     def columns(self) -> tuple[Column, ...]:
-        return decoded_columns(self.cfg)
+        """The value's decoded columns (``decode.key``'s column apart: :attr:`key_column`)."""
+        key = self.cfg.key.column if self.cfg.key is not None else None
+        return tuple(c for c in decoded_columns(self.cfg) if c.name != key)
+
+    @cached_property
+    def key_column(self) -> Column | None:
+        """``decode.key``'s column (the last of the resolved ``decode.schema``), or None."""
+        if self.cfg.key is None:
+            return None
+        (column,) = [c for c in decoded_columns(self.cfg) if c.name == self.cfg.key.column]
+        return column
+
+    @cached_property
+    def key_decoder(self) -> ArrowDecoder:
+        """The same decoder, for the keys (:mod:`pipeline.decode.registry.keys`)."""
+        assert self.key_column is not None
+        return ArrowDecoder(key_decode_config(self.cfg, self.key_column), include_headers=False)
 
     @cached_property
     def parser(self) -> RecordParser:
@@ -159,9 +176,15 @@ class ArrowDecoder:
             if refused is not None:
                 error = pc.coalesce(refused, error)
         error = apply_policy(error, unknown, self.cfg.unknown_fields == "dead-letter")
-        bad = pc.is_valid(error)
         if not binary:
             error = refine_errors(error, text, self.parser)
+        if self.key_column is not None:
+            at = batch.schema.get_field_index("value")
+            keys = self.key_decoder.decode(batch.set_column(at, "value", key))
+            key_data = [keys.column(c.name) for c in self.key_decoder.columns]
+            key_values, error = merge_key(key_data, error, self.key_column, keys.column(ERROR_COL))
+            data, names = [*data, key_values], [*names, self.key_column.name]
+        bad = pc.is_valid(error)
         return self._assemble(data, names, coords, error, bad, unknown, key, value, headers)
 
     def _assemble(

@@ -53,6 +53,25 @@ def record_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+def records_at(values: list[bytes], keys: list[bytes | None] | None = None) -> pa.RecordBatch:
+    """``values`` (and ``keys``) as a batch the reader could give: topic ``t``, partition 0,
+    offsets from 0, no timestamps (for the decode benchmark and the decoder's tests)."""
+    n = len(values)
+    schema = record_schema(False)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(n, pa.binary()) if keys is None else pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(["t"] * n),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.nulls(n, schema.field("timestamp").type),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=schema,
+    )
+
+
 SPARK_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
     "timestamp TIMESTAMP, timestampType INT"
@@ -265,4 +284,11 @@ def _handle_error(
     # Transient (broker down, leader change): librdkafka retries by itself.
 
 
-__all__ = ["OFFSET_END", "SPARK_DDL", "SPARK_DDL_HEADERS", "read_ranges", "record_schema"]
+__all__ = [
+    "OFFSET_END",
+    "SPARK_DDL",
+    "SPARK_DDL_HEADERS",
+    "read_ranges",
+    "record_schema",
+    "records_at",
+]

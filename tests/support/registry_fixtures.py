@@ -58,9 +58,14 @@ def avro_bytes(schema_id: int, schema: dict[str, Any], record: dict[str, Any]) -
 
 
 def produce_values(
-    bootstrap: str, topic: str, values: list[bytes], partitions: int = 2
+    bootstrap: str,
+    topic: str,
+    values: list[bytes],
+    partitions: int = 2,
+    keys: list[bytes | None] | None = None,
 ) -> list[Coord]:
-    """Produce ``values`` round-robin over ``partitions``; their coordinates, in order."""
+    """Produce ``values`` (with ``keys``) round-robin over ``partitions``; their
+    coordinates, in order."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "5", "acks": "all"})
@@ -74,7 +79,8 @@ def produce_values(
             else:
                 out[i] = (msg.topic(), msg.partition(), msg.offset())
 
-        producer.produce(topic, value=value, partition=i % partitions, on_delivery=cb)
+        key = keys[i] if keys is not None else None
+        producer.produce(topic, value=value, key=key, partition=i % partitions, on_delivery=cb)
     producer.flush(30)
     assert not errors and all(c is not None for c in out), errors
     return [c for c in out if c is not None]

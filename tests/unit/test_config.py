@@ -90,6 +90,21 @@ def test_json_decode_needs_schema() -> None:
         parse_config({**BASE, "decode": {"format": "json"}})
 
 
+def test_decode_key_needs_a_registry_value_and_its_record_name() -> None:
+    registry = {"format": "avro", "registry": {"url": "http://r"}}
+    cfg = parse_config({**BASE, "decode": {**registry, "key": {"format": "protobuf"}}})
+    assert cfg.decode.key is not None and cfg.decode.key.column == "key"
+    with pytest.raises(ConfigError, match="decode.key needs a registry format .* is json"):
+        parse_config({**BASE, "decode": {**BASE["decode"], "key": {"format": "avro"}}})
+    strategy = {"url": "http://r", "subjectStrategy": "record-name", "recordName": "shop.Order"}
+    with pytest.raises(ConfigError, match="decode.key.recordName is required .* record-name$"):
+        parse_config(
+            {**BASE, "decode": {"format": "avro", "registry": strategy, "key": {"format": "avro"}}}
+        )
+    with pytest.raises(ConfigError, match=r"decode\.key\.format: .*'avro', 'protobuf' or"):
+        parse_config({**BASE, "decode": {**registry, "key": {"format": "json"}}})
+
+
 def test_trigger_interval_is_normalised_to_units_spark_parses() -> None:
     from pipeline.config import TriggerConfig
 

@@ -225,8 +225,10 @@ def test_every_commented_block_of_the_example_validates_when_uncommented() -> No
         text = "\n".join(
             ln.replace("# ", "", 1) if i in block else ln for i, ln in enumerate(lines)
         )
+        # decode.key needs a registry format for the value: the example's is json
+        key = any(lines[i].strip().startswith("# key:") for i in block)
         try:
-            _validate_example(text)
+            _validate_example(text, _REGISTRY_VALUE if key else None)
         except Exception as e:
             shown = "\n".join(lines[i] for i in block)
             raise AssertionError(f"uncommented, this block fails: {e}\n{shown}") from None
@@ -247,8 +249,11 @@ def enum_keys(model: type[BaseModel] = PipelineConfig, prefix: str = "") -> dict
     return out
 
 
+_REGISTRY_VALUE = ["decode.format=avro", "decode.schema=[]", "decode.registry.url=http://r"]
 # what a value needs beside it to validate
 _COMPANIONS = {
+    **{f"decode.key.format={f}": _REGISTRY_VALUE for f in ("avro", "protobuf", "json-schema")},
+    "decode.key.version=latest": [*_REGISTRY_VALUE, "decode.key.format=avro"],
     "sink.format=hudi": ["sink.hudi.basePath=/x"],
     "sink.format=both": ["sink.hudi.basePath=/x"],
     **{

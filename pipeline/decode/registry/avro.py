@@ -7,7 +7,9 @@ table was built from) by Avro's resolution rules: fields the writer lacks take t
 default, promotions (int → long, float → double …) apply.
 
 Per record, one call to fastavro's compiled reader; the decoded records become Arrow in one
-conversion per batch (``pa.array`` of the row dicts against the table's struct type).
+conversion per batch (``pa.array`` of the row dicts against the table's struct type). A
+schema that is not a record (an Avro key such as ``"string"``: ``decode.key``) is read into
+the one column given.
 
 Reasons a record goes to the dead letters (``_error``), each naming what failed:
   * ``null value``; larger than ``decode.maxRecordBytes``;
@@ -54,6 +56,7 @@ class AvroValues:
     _writers: dict[int, _Writer] = field(default_factory=dict, repr=False)
     _reader: Any = field(default=None, repr=False)
     _uuid: bool | None = field(default=None, repr=False)
+    _record_schema: bool | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._ids = WireValues(self.registry, "AVRO")
@@ -95,8 +98,11 @@ class AvroValues:
         if buf.tell() != len(raw):
             why = f"does not decode: {len(raw) - buf.tell()} bytes left over"
             return None, f"schema id {schema_id}: {why}", None
-        row: dict[str, Any] = _plain(record) if self._has_uuid() else record  # type: ignore[assignment]
-        return row, None, writer.unknown
+        if self._has_uuid():
+            record = _plain(record)
+        if not self._is_record():
+            record = {self.columns[0].name: record}
+        return record, None, writer.unknown  # type: ignore[return-value]
 
     def _writer(self, schema_id: int) -> _Writer:
         found = self._writers.get(schema_id)
@@ -107,8 +113,10 @@ class AvroValues:
             found = _Writer(refused=refused)
         else:
             text = self._ids.client().by_id(schema_id).parsed()
-            known = {f["name"] for f in self._reader_json()["fields"]}
-            extra = sorted({f["name"] for f in text["fields"]} - known)
+            extra: list[str] = []
+            if self._is_record() and isinstance(text, dict) and "fields" in text:
+                known = {f["name"] for f in self._reader_json()["fields"]}
+                extra = sorted({f["name"] for f in text["fields"]} - known)
             found = _Writer(parsed=fastavro.parse_schema(text), unknown=extra or None)
         self._writers[schema_id] = found
         return found
@@ -117,6 +125,12 @@ class AvroValues:
         """The table's schema (parsed JSON), by its pinned id."""
         assert self.registry.schema_id is not None  # pinned at start (table_schema)
         return self._ids.client().by_id(self.registry.schema_id).parsed()
+
+    def _is_record(self) -> bool:
+        if self._record_schema is None:
+            reader = self._reader_json()
+            self._record_schema = isinstance(reader, dict) and reader.get("type") == "record"
+        return self._record_schema
 
     def _has_uuid(self) -> bool:
         if self._uuid is None:

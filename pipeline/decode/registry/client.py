@@ -2,8 +2,8 @@
 pinned or latest version) and a writer schema by id, through confluent-kafka's registry client.
 
 * Subjects follow ``decode.registry.subjectStrategy`` (the Confluent serializers' names):
-  ``topic-name`` → ``<topic>-value``, ``record-name`` → ``<record>``,
-  ``topic-record-name`` → ``<topic>-<record>``.
+  ``topic-name`` → ``<topic>-value`` (``<topic>-key`` for the key), ``record-name`` →
+  ``<record>``, ``topic-record-name`` → ``<topic>-<record>``.
 * An unreachable registry (connection refused, timeouts, HTTP 5xx) is retried for
   ``retrySeconds``, then :class:`RegistryUnavailable` (one line, exit 2). An answer that says
   "no such schema" (HTTP 404) is not retried: it is the record's problem
@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pipeline.config import RegistryConfig
 from pipeline.errors import RegistryUnavailable
 
 __all__ = ["RegistrySchema", "SchemaRegistry", "UnknownSchema", "subject_name"]
+
+
+Role = Literal["value", "key"]  # which part of a record a subject describes
 
 
 class UnknownSchema(Exception):
@@ -45,9 +48,9 @@ class RegistrySchema:
         return json.loads(self.text)
 
 
-def subject_name(reg: RegistryConfig, topic: str) -> str:
+def subject_name(reg: RegistryConfig, topic: str, role: Role = "value") -> str:
     if reg.subject_strategy == "topic-name":
-        return f"{topic}-value"
+        return f"{topic}-{role}"
     if reg.subject_strategy == "record-name":
         return str(reg.record_name)
     return f"{topic}-{reg.record_name}"
@@ -81,9 +84,10 @@ class SchemaRegistry:
         self._client = SchemaRegistryClient(conf)
         self._by_id: dict[int, RegistrySchema] = {}
 
-    def table_schema(self, topic: str) -> RegistrySchema:
-        """The subject's pinned version, or its latest."""
-        subject = subject_name(self.reg, topic)
+    def table_schema(self, topic: str, role: Role = "value") -> RegistrySchema:
+        """The subject's pinned version, or its latest (of the value's subject, or the
+        key's)."""
+        subject = subject_name(self.reg, topic, role)
 
         def lookup() -> Any:
             if self.reg.version == "latest":

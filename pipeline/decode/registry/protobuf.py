@@ -91,6 +91,9 @@ class ProtobufValues:
 
     def _record(self, raw: bytes) -> Decoded:
         schema_id = int.from_bytes(raw[1:5], "big")
+        refused = self._ids.reason(schema_id)  # first: another format's bytes follow
+        if refused is not None:
+            return None, refused, None
         try:
             indexes, start = message_indexes(raw, 5)
         except ValueError as e:

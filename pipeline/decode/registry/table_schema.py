@@ -8,18 +8,24 @@ columns (:mod:`pipeline.columns.avro`, :mod:`pipeline.columns.protobuf`,
 of the pipeline — the tables, schema evolution on restart — reads it as a written one, and
 every task reads records against the same schema id. Idempotent: a resolved configuration
 is returned as it is.
+
+With ``decode.key`` the key's subject (or pinned id) is resolved the same way, its id
+pinned in ``decode.key.schemaId``, and one more column, ``decode.key.column``, is appended
+to ``decode.schema``: a struct of the key schema's fields, or an Avro key's primitive.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from pipeline.columns import FieldSpec
-from pipeline.columns.avro import avro_fields
+from pipeline.columns import FieldSpec, TypeSpec
+from pipeline.columns.avro import avro_fields, avro_type
 from pipeline.columns.json_schema import json_schema_fields
 from pipeline.columns.protobuf import protobuf_fields
-from pipeline.config import FieldConfig, PipelineConfig
-from pipeline.decode.registry.client import RegistrySchema, SchemaRegistry, UnknownSchema
+from pipeline.config import DecodeConfig, FieldConfig, PipelineConfig
+from pipeline.decode.registry.client import RegistrySchema, Role, SchemaRegistry, UnknownSchema
+from pipeline.decode.registry.keys import key_registry
 from pipeline.decode.registry.proto_files import ProtoCompileError, compile_schema
 from pipeline.errors import ConfigError
 
@@ -40,19 +46,7 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
     reg = decode.registry
     assert reg is not None  # the config's validation requires it for a registry format
     client = SchemaRegistry(reg)
-    try:
-        if reg.schema_id is not None:
-            schema = client.by_id(reg.schema_id)
-        else:
-            schema = client.table_schema(schema_topic(cfg))
-    except UnknownSchema as e:
-        raise ConfigError(f"decode.registry: {e}") from None
-    want, to_fields = _TYPES[decode.format]
-    if schema.schema_type.upper() != want:
-        raise ConfigError(
-            f"decode.registry: schema id {schema.schema_id} is a {schema.schema_type} schema, "
-            f"but decode.format is {decode.format}"
-        )
+    schema = _lookup(cfg, client, decode.format, "value")
     fields = [
         FieldConfig(
             name=f.name,
@@ -60,12 +54,69 @@ def resolve_registry_schema(cfg: PipelineConfig) -> PipelineConfig:
             required=f.required,
             doc=f.doc,
         )
-        for f in to_fields(client, schema)
+        for f in _TYPES[decode.format][1](client, schema)
     ]
     pinned = reg.model_copy(update={"schema_id": schema.schema_id})
-    return cfg.model_copy(
-        update={"decode": decode.model_copy(update={"registry": pinned, "schema_": fields})}
+    decode = decode.model_copy(update={"registry": pinned, "schema_": fields})
+    if decode.key is not None:
+        decode = _with_key(cfg, decode)
+    return cfg.model_copy(update={"decode": decode})
+
+
+def _lookup(cfg: PipelineConfig, client: SchemaRegistry, fmt: str, role: Role) -> RegistrySchema:
+    """The schema of the value's (or key's) subject, or its pinned id, of format ``fmt``."""
+    where = "decode.registry" if role == "value" else "decode.key"
+    try:
+        if client.reg.schema_id is not None:
+            schema = client.by_id(client.reg.schema_id)
+        else:
+            schema = client.table_schema(schema_topic(cfg), role)
+    except UnknownSchema as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if schema.schema_type.upper() != _TYPES[fmt][0]:
+        raise ConfigError(
+            f"{where}: schema id {schema.schema_id} is a {schema.schema_type} schema, "
+            f"but {'decode.format' if role == 'value' else 'decode.key.format'} is {fmt}"
+        )
+    return schema
+
+
+def _with_key(cfg: PipelineConfig, decode: DecodeConfig) -> DecodeConfig:
+    """``decode`` with the key's schema id pinned and its column appended."""
+    key = decode.key
+    assert key is not None
+    client = SchemaRegistry(key_registry(decode))
+    schema = _lookup(cfg, client, key.format, "key")
+    if key.column in {f.name for f in decode.schema_}:
+        raise ConfigError(
+            f"decode.key.column {key.column!r} is also a field of the value's schema: "
+            "give the key's column another name"
+        )
+    try:
+        if key.format == "avro":
+            key_type: TypeSpec = avro_type(schema.parsed(), key.column)
+        else:
+            key_type = _struct(_TYPES[key.format][1](client, schema))
+    except ConfigError as e:
+        raise ConfigError(f"decode.key: schema id {schema.schema_id}: {e}") from None
+    column = FieldConfig(
+        name=key.column,
+        type=key_type if isinstance(key_type, str) else dict(key_type),
+        doc="the record key",
     )
+    pinned = key.model_copy(update={"schema_id": schema.schema_id})
+    return decode.model_copy(update={"key": pinned, "schema_": [*decode.schema_, column]})
+
+
+def _struct(fields: list[FieldSpec]) -> dict[str, Any]:
+    """A message's or object's fields as one ``struct`` column type."""
+    members = []
+    for f in fields:
+        member: dict[str, Any] = {"name": f.name, "type": f.type, "required": f.required}
+        if f.doc is not None:
+            member["doc"] = f.doc
+        members.append(member)
+    return {"type": "struct", "fields": members}
 
 
 def _protobuf(client: SchemaRegistry, schema: RegistrySchema) -> list[FieldSpec]:

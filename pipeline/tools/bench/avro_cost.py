@@ -20,7 +20,8 @@ from typing import Any
 
 import fastavro
 
-from pipeline.tools.bench.decode_cost import NESTED_FIELDS, _best_cpu, _records, nested_events
+from pipeline.source.reader import records_at
+from pipeline.tools.bench.decode_cost import NESTED_FIELDS, _best_cpu, nested_events
 
 __all__ = ["avro_cost"]
 
@@ -72,7 +73,7 @@ def _as_avro(json_values: list[bytes], schema: dict[str, Any], schema_id: int) -
 
 
 def _cpu_per_million(decoder: Any, values: list[bytes], label: str) -> float:
-    batch = _records(values)
+    batch = records_at(values)
     out = decoder.decode(batch)
     bad = out.num_rows - out.column("_error").null_count
     assert bad == 0, f"{label}: {bad} records did not decode"

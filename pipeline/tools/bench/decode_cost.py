@@ -103,25 +103,6 @@ def nested_events(count: int, with_map: bool, seed: int = 7) -> list[bytes]:
     return out
 
 
-def _records(values: list[bytes]) -> pa.RecordBatch:
-    from pipeline.source.reader import record_schema
-
-    n = len(values)
-    schema = record_schema(False)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.nulls(n, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(["t"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(n), pa.int64()),
-            pa.nulls(n, schema.field("timestamp").type),
-            pa.array([0] * n, pa.int32()),
-        ],
-        schema=schema,
-    )
-
-
 def _best_cpu(run: Callable[[], Any], rounds: int = 3) -> float:
     best = float("inf")
     for _ in range(rounds):
@@ -134,10 +115,11 @@ def _best_cpu(run: Callable[[], Any], rounds: int = 3) -> float:
 def _measure(name: str, fields: list[dict[str, Any]], values: list[bytes]) -> dict[str, Any]:
     from pipeline.config import DecodeConfig
     from pipeline.decode.arrow import ArrowDecoder, arrow_type
+    from pipeline.source.reader import records_at
 
     cfg = DecodeConfig.model_validate({"schema": fields})
     decoder = ArrowDecoder(cfg, include_headers=False)
-    batch = _records(values)
+    batch = records_at(values)
     out = decoder.decode(batch)
     bad = out.num_rows - out.column("_error").null_count
     assert bad == 0, f"{name}: {bad} records did not decode"

@@ -285,7 +285,8 @@ class TableCheck:
         if rows.num_rows == 0:
             return np.empty(0, np.int64)
         uniq, pos = np.unique(idx, return_inverse=True)
-        decoded, ok = self.decoder.decode(kafka.values.take(pa.array(uniq)))
+        at = pa.array(uniq)
+        decoded, ok = self.decoder.decode(kafka.values.take(at), kafka.keys.take(at))
         row_ok = ok[pos]
         bad = ~row_ok
         fields["_decode"] = fields.get("_decode", 0) + int(bad.sum())

@@ -24,11 +24,13 @@ from pipeline.source.reader import record_schema
 
 
 class ValueDecoder:
-    """Kafka value bytes → one typed column per ``decode.schema`` field."""
+    """Kafka value bytes → one typed column per ``decode.schema`` field (with ``decode.key``,
+    the key's column from the key bytes)."""
 
     def __init__(self, cfg: DecodeConfig) -> None:
         self._decoder = ArrowDecoder(cfg, include_headers=False)
-        names = [c.name for c in self._decoder.columns]
+        key = self._decoder.key_column
+        names = [c.name for c in self._decoder.columns] + ([key.name] if key else [])
         self.schema = pa.schema(
             [
                 self._decoder.decode(_records(pa.array([], pa.binary()))).schema.field(n)
@@ -36,21 +38,22 @@ class ValueDecoder:
             ]
         )
 
-    def decode(self, values: pa.Array) -> tuple[pa.Table, np.ndarray]:
+    def decode(self, values: pa.Array, keys: pa.Array | None = None) -> tuple[pa.Table, np.ndarray]:
         """(decoded rows aligned with ``values``, bool mask of rows that decoded)."""
-        out = self._decoder.decode(_records(values))
+        out = self._decoder.decode(_records(values, keys))
         ok = pc.is_null(out.column(ERROR_COL)).to_numpy(zero_copy_only=False)
         table = pa.Table.from_batches([out]).select(self.schema.names)
         return table, np.asarray(ok, dtype=bool)
 
 
-def _records(values: pa.Array) -> pa.RecordBatch:
-    """``values`` as the reader's record batch (the other columns are placeholders)."""
+def _records(values: pa.Array, keys: pa.Array | None = None) -> pa.RecordBatch:
+    """``values`` (and ``keys``) as the reader's record batch (the other columns are
+    placeholders)."""
     n = len(values)
     schema = record_schema(False)
     return pa.RecordBatch.from_arrays(
         [
-            pa.nulls(n, pa.binary()),
+            pa.nulls(n, pa.binary()) if keys is None else keys.cast(pa.binary()),
             values.cast(pa.binary()),
             pa.nulls(n, pa.string()),
             pa.nulls(n, pa.int32()),

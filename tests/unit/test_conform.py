@@ -88,3 +88,23 @@ def test_a_null_required_field_under_a_present_struct_is_still_refused() -> None
     bad = pa.RecordBatch.from_arrays([device, points], names=["device", "points"])
     with pytest.raises(PipelineError, match="column 'device'"):
         conform_batch(bad, target, PipelineError)
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "hudi"])
+def test_json_with_a_null_or_absent_struct_decodes_and_writes(fmt: str) -> None:
+    """The same through the JSON decoder: ``device`` null, absent, present."""
+    from pipeline.config import DecodeConfig
+    from pipeline.decode.arrow import ArrowDecoder
+    from pipeline.source.reader import records_at
+
+    schema = [{"name": f.name, "type": f.type} for f in FIELDS]
+    decoder = ArrowDecoder(DecodeConfig.model_validate({"schema": schema}), include_headers=False)
+    values = [b'{"device": null}', b"{}", b'{"device": {"id": "d", "at": {"x": "y"}}}']
+    out = decoder.decode(records_at(values))
+    assert out.column("_error").to_pylist() == [None, None, None]
+    target = _targets()[fmt]
+    conformed = conform_batch(out.select(["device", "points"]), target, PipelineError)
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_batches([conformed]), buf)
+    back = pq.read_table(io.BytesIO(buf.getvalue())).column("device").to_pylist()
+    assert back == [None, None, {"id": "d", "at": {"x": "y"}}]

@@ -165,8 +165,12 @@ class ArrowDecoder:
         names = [c.name for c in self.columns]
         binary = self.cfg.format in ("avro", "protobuf")
         if binary:
-            values = self.avro if self.cfg.format == "avro" else self.protobuf
-            data, error, unknown = values.decode(value.to_pylist(), too_big.to_pylist(), big_msg)
+            if self.cfg.format == "avro":
+                data, error, unknown = self.avro.decode(value, too_big, big_msg)
+            else:
+                data, error, unknown = self.protobuf.decode(
+                    value.to_pylist(), too_big.to_pylist(), big_msg
+                )
         else:
             text = value  # JSON; for json-schema, what follows the wire format's prefix
             refused = None

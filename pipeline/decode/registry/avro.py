@@ -6,10 +6,14 @@ by id) and resolved to the table's schema (the *reader* schema: the subject's ve
 table was built from) by Avro's resolution rules: fields the writer lacks take the reader's
 default, promotions (int → long, float → double …) apply.
 
-Per record, one call to fastavro's compiled reader; the decoded records become Arrow in one
-conversion per batch (``pa.array`` of the row dicts against the table's struct type). A
-schema that is not a record (an Avro key such as ``"string"``: ``decode.key``) is read into
-the one column given.
+Records written with the table's own schema are read all at once, field by field
+(:mod:`pipeline.decode.registry.avro_columns`), where that reader takes the schema. The
+others — another version's records, schemas it does not take, datums it marks odd, and
+whatever is refused before decoding (null, too large, not the wire format) — are read one
+call to fastavro's compiled reader each, and become Arrow in one conversion (``pa.array``
+of the row dicts against the table's struct type); the two parts are put back in the
+batch's order. A schema that is not a record (an Avro key such as ``"string"``:
+``decode.key``) is read into the one column given.
 
 Reasons a record goes to the dead letters (``_error``), each naming what failed:
   * ``null value``; larger than ``decode.maxRecordBytes``;
@@ -28,11 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.columns import Column
 from pipeline.config import RegistryConfig
+from pipeline.decode.arrow_types import arrow_type
+from pipeline.decode.registry.avro_columns import Cursor, compile_reader
 from pipeline.decode.registry.wire import Decoded, WireValues, decode_each
+from pipeline.decode.unknown_fields import UNKNOWN_TYPE
 
 __all__ = ["AvroValues"]
 
@@ -57,6 +66,7 @@ class AvroValues:
     _reader: Any = field(default=None, repr=False)
     _uuid: bool | None = field(default=None, repr=False)
     _record_schema: bool | None = field(default=None, repr=False)
+    _columnar: Any = field(default=False, repr=False)  # False: not compiled yet
 
     def __post_init__(self) -> None:
         self._ids = WireValues(self.registry, "AVRO")
@@ -71,12 +81,61 @@ class AvroValues:
         self.__init__(**state)  # type: ignore[misc]
 
     def decode(
-        self, values: list[bytes | None], too_big: list[bool], big_msg: str
+        self, values: pa.Array, too_big: pa.Array, big_msg: str
     ) -> tuple[list[pa.Array], pa.Array, pa.Array]:
         """(data columns, ``_error``, ``_unknown``), one row per value, in order. A record
         written with a newer schema than the table's has fields the table lacks: Avro's
         resolution drops them, and ``_unknown`` names them (``decode.unknownFields``)."""
-        return decode_each(values, too_big, big_msg, self.columns, self._record)
+        reader = self._columns_reader()
+        fast = np.zeros(len(values), bool)
+        if reader is not None and len(values):
+            # the table's own schema id, in the wire format, not too large
+            ours = b"\x00" + int(self.registry.schema_id or 0).to_bytes(4, "big")
+            candidate = pc.and_(pc.starts_with(values, ours), pc.invert(too_big))
+            fast = pc.fill_null(candidate, False).to_numpy(zero_copy_only=False)
+        if not fast.any():
+            return decode_each(
+                values.to_pylist(), too_big.to_pylist(), big_msg, self.columns, self._record
+            )
+        at = np.flatnonzero(fast)
+        every = len(at) == len(values)  # the usual batch: no copy of its values
+        cursor = Cursor(values if every else values.take(pa.array(at)), 5)
+        table = reader.read(cursor, np.arange(len(at)))
+        odd = cursor.odd | (cursor.pos != cursor.end)  # bytes left over: odd too
+        if not self._is_record():
+            table = pa.StructArray.from_arrays([table], names=[self.columns[0].name])
+        final = pa.struct([(c.name, arrow_type(c.type)) for c in self.columns])
+        table = table.cast(final)
+        if every and not odd.any():
+            none = len(values)
+            data = [table.field(i) for i in range(len(self.columns))]
+            return data, pa.nulls(none, pa.string()), pa.nulls(none, UNKNOWN_TYPE)
+        good = at[~odd]
+        table = table.filter(pa.array(~odd))
+        fast[:] = False
+        fast[good] = True
+        rest = pa.array(np.flatnonzero(~fast))
+        slow, error, unknown = decode_each(
+            values.take(rest).to_pylist(),
+            too_big.take(rest).to_pylist(),
+            big_msg,
+            self.columns,
+            self._record,
+        )
+        # both parts back in the batch's order (the fast rows were put first)
+        order = pa.array(np.argsort(np.concatenate([good, rest.to_numpy()]), kind="stable"))
+        slow_table = pa.StructArray.from_arrays(slow, fields=list(final))
+        joined = pa.concat_arrays([table, slow_table]).take(order)
+        none = len(good)
+        error = pa.concat_arrays([pa.nulls(none, pa.string()), error]).take(order)
+        unknown = pa.concat_arrays([pa.nulls(none, UNKNOWN_TYPE), unknown]).take(order)
+        return [joined.field(i) for i in range(len(self.columns))], error, unknown
+
+    def _columns_reader(self) -> Any:
+        """The all-at-once reader of the table's schema, or None (fastavro reads each)."""
+        if self._columnar is False:
+            self._columnar = compile_reader(self._reader_json())
+        return self._columnar
 
     def _record(self, raw: bytes) -> Decoded:
         schema_id = int.from_bytes(raw[1:5], "big")

@@ -10,6 +10,7 @@ import math
 import random
 import uuid
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
 import fastavro
@@ -17,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.decode.registry.avro_columns import Cursor, compile_reader
+from pipeline.decode.registry.avro_columns import compile_reader
+from pipeline.decode.registry.avro_cursor import Cursor
 
 POINT = {"type": "record", "name": "Point", "fields": [{"name": "x", "type": "int"}]}
 SCHEMA: dict[str, Any] = {
@@ -38,6 +40,21 @@ SCHEMA: dict[str, Any] = {
         {"name": "lt", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
         {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+        },
+        {
+            "name": "big",
+            "type": {
+                "type": "fixed",
+                "name": "Big",
+                "size": 16,
+                "logicalType": "decimal",
+                "precision": 38,
+                "scale": 0,
+            },
+        },
         {"name": "tags", "type": {"type": "map", "values": ["long", "null"]}},
         {"name": "points", "type": {"type": "array", "items": POINT}},
         {
@@ -78,6 +95,8 @@ def _datum(rng: random.Random) -> dict[str, Any]:
         "lt": datetime.fromtimestamp(when, UTC).replace(tzinfo=None),
         "day": date(2020, 1, 1).fromordinal(rng.randrange(700_000, 750_000)),
         "u": uuid.UUID(int=rng.getrandbits(128)),
+        "price": Decimal(rng.choice([0, 1, -1, 12345, -9999999, 9999999, -128, 128, 255])) / 100,
+        "big": Decimal(rng.choice([0, -1, 10**37, -(10**38) + 1, 10**38 - 1, 2**63])),
         "tags": {text(): rng.choice([None, 7]) for _ in range(rng.choice([0, 1, 3]))},
         "points": [{"x": rng.randrange(-5, 5)} for _ in range(rng.choice([0, 1, 9]))],
         "nested": rng.choice(
@@ -195,7 +214,7 @@ def test_out_of_range_and_non_canonical_values_are_left_to_fastavro() -> None:
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2},
+        {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 2},
         {"type": "int", "logicalType": "time-millis"},
         ["null", "string", "long"],
         {"type": "array", "items": "null"},
@@ -210,3 +229,16 @@ def test_a_primitive_schema_reads_into_one_array() -> None:
     raws = [_encode("string", "k0"), _encode("string", "")]
     rows, odd = _ours("string", raws)
     assert rows == ["k0", ""] and not odd.any()
+
+
+def test_a_decimal_beyond_its_precision_or_128_bits_is_left_to_fastavro() -> None:
+    decimal = {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}
+    fits = [_encode(decimal, Decimal("12.34")), _encode(decimal, Decimal("-0.01"))]
+    rows, odd = _ours(decimal, fits)
+    assert rows == [Decimal("12.34"), Decimal("-0.01")] and not odd.any()
+    wide = _encode("bytes", b"\x01" * 17)  # 17 bytes: beyond decimal128
+    _, odd = _ours(decimal, [fits[0], wide])
+    assert odd.tolist() == [False, True]
+    over = _encode("bytes", (12345).to_bytes(2, "big"))  # 123.45: five digits
+    _, odd = _ours(decimal, [fits[0], over])
+    assert odd.tolist() == [True, True]  # the column is fastavro's to read

@@ -39,7 +39,8 @@ import pyarrow.compute as pc
 from pipeline.columns import Column
 from pipeline.config import RegistryConfig
 from pipeline.decode.arrow_types import arrow_type
-from pipeline.decode.registry.avro_columns import Cursor, compile_reader
+from pipeline.decode.registry.avro_columns import compile_reader
+from pipeline.decode.registry.avro_cursor import Cursor
 from pipeline.decode.registry.wire import Decoded, WireValues, decode_each
 from pipeline.decode.unknown_fields import UNKNOWN_TYPE
 

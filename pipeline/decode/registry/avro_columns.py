@@ -10,12 +10,13 @@ item index at a time (a round per index, not per datum).
 Only what it reads exactly as fastavro does is compiled (else None, and the caller reads
 each datum with fastavro): null, boolean, int, long, float, double, bytes, string, fixed,
 enum, records, unions of null and one type, arrays and maps of types at least a byte long,
-and the logical types date, timestamp-millis/-micros, local-timestamp-millis/-micros and
-uuid. A datum it cannot read — one that runs past its end or leaves bytes over, a string
-that is not UTF-8, a union branch or enum index out of range, a boolean byte other than
-0 or 1, a date or timestamp beyond Python's years 1 to 9999, a uuid not in canonical form —
-is marked *odd*, and the caller reads it with fastavro, which decodes it or names the
-reason. So both readers give the same rows, and only well-formed datums take this one.
+and the logical types decimal (up to 38 digits), date, timestamp-millis/-micros,
+local-timestamp-millis/-micros and uuid. A datum it cannot read — one that runs past its
+end or leaves bytes over, a string that is not UTF-8, a union branch or enum index out of
+range, a boolean byte other than 0 or 1, a date or timestamp near the ends of Python's
+years 1 to 9999, a uuid not in canonical form, a decimal wider than 128 bits — is marked
+*odd* (:class:`Cursor`), and the caller reads it with fastavro, which decodes it or names
+the reason. So both readers give the same rows, and only well-formed datums take this one.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["Cursor", "compile_reader"]
+from pipeline.decode.registry.avro_cursor import Cursor
+
+__all__ = ["compile_reader"]
 
 _UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 # within Python's datetime range (fastavro's values), with a year to spare at each end:
@@ -41,83 +43,6 @@ _MAX_US = int((datetime(9998, 12, 31) - _EPOCH).total_seconds()) * 1_000_000
 _MIN_DAY = (date(2, 1, 1) - _EPOCH.date()).days
 _MAX_DAY = (date(9998, 12, 31) - _EPOCH.date()).days
 _INT32 = (-(2**31), 2**31 - 1)
-
-
-class Cursor:
-    """One position per datum in a binary array's value buffer, and which datums are odd."""
-
-    def __init__(self, values: pa.Array, skip: int) -> None:
-        """``values``: a ``binary`` array; each datum starts ``skip`` bytes into its value."""
-        offsets = np.frombuffer(values.buffers()[1], np.int32)[
-            values.offset : values.offset + len(values) + 1
-        ]
-        data = values.buffers()[2]
-        self.buffer = data if data is not None else pa.py_buffer(b"\0")
-        self.buf = np.frombuffer(self.buffer, np.uint8)
-        self.last = max(len(self.buf) - 1, 0)
-        self.pos = offsets[:-1].astype(np.int64) + skip
-        self.end = offsets[1:].astype(np.int64)
-        self.odd = np.zeros(len(values), bool)
-
-    def gather(self, at: np.ndarray, width: int) -> np.ndarray:
-        """(len(at), width) bytes from each position (clamped: callers check the ends)."""
-        limit = len(self.buf) - width
-        if limit < 0:
-            return self.buf[np.minimum(at[:, None] + np.arange(width), self.last)]
-        # rows of a sliding window over the buffer: one copy of width bytes per position
-        # (an index per byte would cost 8 times that)
-        out = sliding_window_view(self.buf, width)[np.minimum(at, limit)]
-        tail = np.flatnonzero(at > limit)
-        if len(tail):
-            out[tail] = self.buf[np.minimum(at[tail, None] + np.arange(width), self.last)]
-        return out
-
-    def varint(self, rows: np.ndarray) -> np.ndarray:
-        """The zig-zag varint (an Avro int or long) at each row's position; advances."""
-        start, end = self.pos[rows], self.end[rows]
-        first = self.buf[np.minimum(start, self.last)]
-        if (first < 0x80).all() and (start < end).all():  # one byte each (small values)
-            self.pos[rows] = start + 1
-            small = first.astype(np.int64)
-            return (small >> 1) ^ -(small & 1)
-        value = np.zeros(len(rows), np.uint64)
-        used = np.zeros(len(rows), np.int64)
-        live = np.ones(len(rows), bool)
-        for k in range(10):
-            at = start + k
-            inside = at < end
-            self.odd[rows[live & ~inside]] = True
-            live &= inside
-            if not live.any():
-                break
-            byte = self.buf[np.minimum(at, self.last)]
-            value[live] |= (byte[live] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-            used[live] += 1
-            live &= (byte & 0x80) != 0
-        self.odd[rows[live]] = True  # more than 10 bytes
-        self.pos[rows] = start + used
-        return (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
-
-    def take(self, rows: np.ndarray, length: np.ndarray) -> np.ndarray:
-        """The start of ``length`` bytes at each row (odd, and 0 long, where they do not fit)."""
-        start = self.pos[rows]
-        bad = (length < 0) | (start + length > self.end[rows])
-        self.odd[rows[bad]] = True
-        length[bad] = 0
-        self.pos[rows] = start + length
-        return start
-
-    def views(self, start: np.ndarray, length: np.ndarray) -> pa.Array:
-        """``binary_view`` values over the buffer (inline up to 12 bytes, as Arrow wants)."""
-        n = len(start)
-        out = np.zeros((n, 16), np.uint8)
-        out[:, 0:4] = length.astype("<i4").view(np.uint8).reshape(n, 4)
-        inline = self.gather(start, 12)
-        out[:, 4:16] = np.where(np.arange(12) < length[:, None], inline, 0)
-        long = length > 12
-        out[long, 8:12] = 0  # buffer index; bytes 4..8 keep the prefix
-        out[long, 12:16] = start[long].astype("<i4").view(np.uint8).reshape(-1, 4)
-        return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(out), self.buffer])
 
 
 class _Node(Protocol):
@@ -205,6 +130,41 @@ def _not_utf8(value: bytes) -> bool:
     except UnicodeDecodeError:
         return True
     return False
+
+
+@dataclass
+class _Decimal:
+    """Avro's decimal: big-endian two's complement bytes (or a fixed) -> decimal128."""
+
+    precision: int
+    scale: int
+    size: int | None = None  # a fixed's size; None: bytes
+    min_size: int = 1
+
+    @property
+    def typ(self) -> pa.DataType:
+        return pa.decimal128(self.precision, self.scale)
+
+    def read(self, cur: Cursor, rows: np.ndarray) -> pa.Array:
+        n, fixed = len(rows), self.size is not None
+        length = np.full(n, self.size, np.int64) if fixed else cur.varint(rows)
+        start = cur.take(rows, length)
+        wide = length > 16  # beyond 128 bits: fastavro's to read
+        cur.odd[rows[wide]] = True
+        length[wide] = 0
+        # the value's bytes right-aligned in 16, the sign extended to the left
+        at = start[:, None] + (length[:, None] - 16) + np.arange(16)
+        first = cur.buf[np.minimum(start, cur.last)]
+        sign = np.where((length > 0) & (first >= 0x80), 0xFF, 0).astype(np.uint8)
+        value = np.where(at >= start[:, None], cur.buf[np.clip(at, 0, cur.last)], sign[:, None])
+        little = np.ascontiguousarray(value[:, ::-1])  # Arrow's decimal128: little-endian
+        wide_type = pa.decimal128(38, self.scale)
+        out = pa.Array.from_buffers(wide_type, n, [None, pa.py_buffer(little)])
+        try:
+            return out.cast(self.typ)  # a value beyond the precision raises
+        except pa.ArrowInvalid:  # leave the whole column to fastavro
+            cur.odd[rows] = True
+            return pa.nulls(n, self.typ)
 
 
 @dataclass
@@ -388,6 +348,12 @@ def _compile(schema: Any) -> _Node:
     if not isinstance(schema, Mapping):
         raise _Unsupported(repr(schema))
     kind, logical = schema.get("type"), schema.get("logicalType")
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
+        if not 0 < precision <= 38 or not 0 <= scale <= precision:
+            raise _Unsupported("decimal")
+        size = int(schema["size"]) if kind == "fixed" else None
+        return _Decimal(precision, scale, size, max(size or 1, 1))
     if logical is not None:
         make = _LOGICAL.get((str(kind), str(logical)))
         if make is None:

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.decode.registry.avro import plain_values
 from pipeline.decode.registry.avro_columns import compile_reader
 from pipeline.decode.registry.avro_cursor import Cursor
 
@@ -121,17 +122,6 @@ def _fastavro(schema: Any, raw: bytes) -> Any:
     return value if buf.tell() == len(raw) else None
 
 
-def _plain(value: Any) -> Any:
-    """fastavro's Python values as Arrow's ``to_pylist`` gives ours."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return value
-
-
 def _ours(schema: Any, raws: list[bytes]) -> tuple[list[Any], np.ndarray]:
     reader = compile_reader(schema)
     assert reader is not None
@@ -160,7 +150,7 @@ def test_well_formed_datums_read_as_fastavro_reads_them() -> None:
     rows, odd = _ours(SCHEMA, raws)
     assert not odd.any()
     for row, raw in zip(rows, raws, strict=True):
-        assert _same(row, _plain(_fastavro(SCHEMA, raw))), (row, _fastavro(SCHEMA, raw))
+        assert _same(row, plain_values(_fastavro(SCHEMA, raw))), (row, _fastavro(SCHEMA, raw))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "extra"])
@@ -183,7 +173,7 @@ def test_a_damaged_datum_is_odd_or_read_as_fastavro_reads_it(damage: str) -> Non
     for row, raw, is_odd in zip(rows, raws, odd, strict=True):
         if not is_odd:
             theirs = _fastavro(SCHEMA, raw)
-            assert theirs is not None and _same(row, _plain(theirs)), raw
+            assert theirs is not None and _same(row, plain_values(theirs)), raw
 
 
 def test_out_of_range_and_non_canonical_values_are_left_to_fastavro() -> None:

@@ -44,7 +44,7 @@ from pipeline.decode.registry.avro_cursor import Cursor
 from pipeline.decode.registry.wire import Decoded, WireValues, decode_each
 from pipeline.decode.unknown_fields import UNKNOWN_TYPE
 
-__all__ = ["AvroValues"]
+__all__ = ["AvroValues", "plain_values"]
 
 
 @dataclass
@@ -159,7 +159,7 @@ class AvroValues:
             why = f"does not decode: {len(raw) - buf.tell()} bytes left over"
             return None, f"schema id {schema_id}: {why}", None
         if self._has_uuid():
-            record = _plain(record)
+            record = plain_values(record)
         if not self._is_record():
             record = {self.columns[0].name: record}
         return record, None, writer.unknown  # type: ignore[return-value]
@@ -203,13 +203,13 @@ class AvroValues:
         return self._reader
 
 
-def _plain(value: Any) -> Any:
+def plain_values(value: Any) -> Any:
     """fastavro's values as Arrow takes them: UUIDs (stored as strings) as strings. Only
     for schemas with a ``uuid``: a walk over every value costs as much as the decode."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_values(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain_values(v) for v in value]
     if isinstance(value, uuid.UUID):
         return str(value)
     return value

@@ -232,3 +232,14 @@ def test_a_decimal_beyond_its_precision_or_128_bits_is_left_to_fastavro() -> Non
     over = _encode("bytes", (12345).to_bytes(2, "big"))  # 123.45: five digits
     _, odd = _ours(decimal, [fits[0], over])
     assert odd.tolist() == [True, True]  # the column is fastavro's to read
+
+
+def test_a_slice_of_a_batch_reads_its_own_datums() -> None:
+    raws = [_encode("string", f"k{n}" * n) for n in range(20)]
+    sliced = pa.array(raws, pa.binary())[7:12]
+    reader = compile_reader("string")
+    assert reader is not None
+    cursor = Cursor(sliced, 0)
+    out = reader.read(cursor, np.arange(len(sliced)))
+    assert out.to_pylist() == [f"k{n}" * n for n in range(7, 12)]
+    assert not cursor.odd.any() and (cursor.pos == cursor.end).all()

@@ -19,6 +19,8 @@ class Cursor:
 
     def __init__(self, values: pa.Array, skip: int) -> None:
         """``values``: a ``binary`` array; each datum starts ``skip`` bytes into its value."""
+        if not pa.types.is_binary(values.type):  # int32 offsets (and a view's offset)
+            raise TypeError(f"Avro datums must be a binary array, not {values.type}")
         offsets = np.frombuffer(values.buffers()[1], np.int32)[
             values.offset : values.offset + len(values) + 1
         ]

@@ -21,6 +21,7 @@ from pipeline.columns.model import (
     dead_letter_columns,
     parse_type,
     spark_ddl,
+    struct_spec,
     table_columns,
 )
 
@@ -43,5 +44,6 @@ __all__ = [
     "dead_letter_columns",
     "parse_type",
     "spark_ddl",
+    "struct_spec",
     "table_columns",
 ]

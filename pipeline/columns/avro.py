@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.columns.model import FieldSpec, TypeSpec
+from pipeline.columns.model import FieldSpec, TypeSpec, struct_spec
 from pipeline.errors import ConfigError
 
 __all__ = ["avro_fields", "avro_type"]
@@ -106,7 +106,7 @@ def _type(avro: Any, path: str, seen: set[str]) -> TypeSpec:
         if name in seen:
             raise ConfigError(f"Avro field {path!r}: record {avro.get('name')!r} is recursive")
         inner = seen | {name}
-        return {"type": "struct", "fields": [_field_spec(f, path, inner) for f in avro["fields"]]}
+        return struct_spec(_field(f, path, inner) for f in avro["fields"])
     if kind == "array":
         optional, element = _unwrap(avro["items"], f"{path}[]")
         return {
@@ -126,12 +126,3 @@ def _type(avro: Any, path: str, seen: set[str]) -> TypeSpec:
     if kind == "fixed":
         return "binary"
     return _type(kind, path, seen)  # {"type": "long"} and the like
-
-
-def _field_spec(f: Mapping[str, Any], path: str, seen: set[str]) -> dict[str, Any]:
-    """A struct member as the nested-type mapping ``decode.schema`` takes."""
-    spec = _field(f, path, seen)
-    out: dict[str, Any] = {"name": spec.name, "type": spec.type, "required": spec.required}
-    if spec.doc is not None:
-        out["doc"] = spec.doc
-    return out

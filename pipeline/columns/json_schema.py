@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.columns.model import FieldSpec, TypeSpec
+from pipeline.columns.model import FieldSpec, TypeSpec, struct_spec
 from pipeline.errors import ConfigError
 
 __all__ = ["json_schema_fields"]
@@ -83,18 +83,9 @@ def _type(prop: Mapping[str, Any], path: str) -> TypeSpec:
         props = prop.get("properties")
         if props:
             required = set(prop.get("required", []))
-            fields = []
-            for name, sub in props.items():
-                spec = _field(name, sub, name in required, f"{path}.{name}")
-                entry: dict[str, Any] = {
-                    "name": spec.name,
-                    "type": spec.type,
-                    "required": spec.required,
-                }
-                if spec.doc is not None:
-                    entry["doc"] = spec.doc
-                fields.append(entry)
-            return {"type": "struct", "fields": fields}
+            return struct_spec(
+                _field(name, sub, name in required, f"{path}.{name}") for name, sub in props.items()
+            )
         values = prop.get("additionalProperties")
         if isinstance(values, Mapping):
             nullable, _ = _kind(values, f"{path}{{}}")

@@ -62,6 +62,18 @@ class FieldSpec:
     renamed_from: str | None = None  # the column's previous name (schema evolution)
 
 
+def struct_spec(fields: Iterable[FieldSpec]) -> dict[str, Any]:
+    """``fields`` as one nested ``struct`` type mapping, as ``decode.schema`` takes it (what
+    the registry schemas' records, objects and messages become)."""
+    members = []
+    for f in fields:
+        member: dict[str, Any] = {"name": f.name, "type": f.type, "required": f.required}
+        if f.doc is not None:
+            member["doc"] = f.doc
+        members.append(member)
+    return {"type": "struct", "fields": members}
+
+
 @dataclass(frozen=True)
 class Primitive:
     """``boolean``, ``int``, ``long``, ``float``, ``double``, ``string``, ``binary``,

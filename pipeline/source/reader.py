@@ -21,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
@@ -53,23 +54,33 @@ def record_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def records_at(values: list[bytes], keys: list[bytes | None] | None = None) -> pa.RecordBatch:
-    """``values`` (and ``keys``) as a batch the reader could give: topic ``t``, partition 0,
-    offsets from 0, no timestamps (for the decode benchmark and the decoder's tests)."""
+Payloads: TypeAlias = Sequence[bytes | None] | pa.Array  # Python bytes or an Arrow array
+
+
+def records_at(values: Payloads, keys: Payloads | None = None) -> pa.RecordBatch:
+    """``values`` (and ``keys``) as a batch the reader could give, to decode them alone
+    (the verifier, the decode benchmark, the decoder's tests): topic ``t``, partition 0,
+    offsets from 0, no timestamps."""
     n = len(values)
     schema = record_schema(False)
     return pa.RecordBatch.from_arrays(
         [
-            pa.nulls(n, pa.binary()) if keys is None else pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(["t"] * n),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(n), pa.int64()),
+            pa.nulls(n, pa.binary()) if keys is None else _binary(keys),
+            _binary(values),
+            pa.repeat(pa.scalar("t"), n),
+            pa.array(np.zeros(n, np.int32)),
+            pa.array(np.arange(n, dtype=np.int64)),
             pa.nulls(n, schema.field("timestamp").type),
-            pa.array([0] * n, pa.int32()),
+            pa.array(np.zeros(n, np.int32)),
         ],
         schema=schema,
     )
+
+
+def _binary(payloads: Payloads) -> pa.Array:
+    if isinstance(payloads, pa.Array):
+        return payloads.cast(pa.binary())
+    return pa.array(payloads, pa.binary())
 
 
 SPARK_DDL = (

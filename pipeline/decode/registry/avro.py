@@ -113,9 +113,7 @@ class AvroValues:
             return data, pa.nulls(none, pa.string()), pa.nulls(none, UNKNOWN_TYPE)
         good = at[~odd]
         table = table.filter(pa.array(~odd))
-        fast[:] = False
-        fast[good] = True
-        rest = pa.array(np.flatnonzero(~fast))
+        rest = pa.array(np.setdiff1d(np.arange(len(values)), good, assume_unique=True))
         slow, error, unknown = decode_each(
             values.take(rest).to_pylist(),
             too_big.take(rest).to_pylist(),

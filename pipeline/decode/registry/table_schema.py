@@ -17,9 +17,8 @@ to ``decode.schema``: a struct of the key schema's fields, or an Avro key's prim
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from pipeline.columns import FieldSpec, TypeSpec
+from pipeline.columns import FieldSpec, TypeSpec, struct_spec
 from pipeline.columns.avro import avro_fields, avro_type
 from pipeline.columns.json_schema import json_schema_fields
 from pipeline.columns.protobuf import protobuf_fields
@@ -96,7 +95,7 @@ def _with_key(cfg: PipelineConfig, decode: DecodeConfig) -> DecodeConfig:
         if key.format == "avro":
             key_type: TypeSpec = avro_type(schema.parsed(), key.column)
         else:
-            key_type = _struct(_TYPES[key.format][1](client, schema))
+            key_type = struct_spec(_TYPES[key.format][1](client, schema))
     except ConfigError as e:
         raise ConfigError(f"decode.key: schema id {schema.schema_id}: {e}") from None
     column = FieldConfig(
@@ -106,17 +105,6 @@ def _with_key(cfg: PipelineConfig, decode: DecodeConfig) -> DecodeConfig:
     )
     pinned = key.model_copy(update={"schema_id": schema.schema_id})
     return decode.model_copy(update={"key": pinned, "schema_": [*decode.schema_, column]})
-
-
-def _struct(fields: list[FieldSpec]) -> dict[str, Any]:
-    """A message's or object's fields as one ``struct`` column type."""
-    members = []
-    for f in fields:
-        member: dict[str, Any] = {"name": f.name, "type": f.type, "required": f.required}
-        if f.doc is not None:
-            member["doc"] = f.doc
-        members.append(member)
-    return {"type": "struct", "fields": members}
 
 
 def _protobuf(client: SchemaRegistry, schema: RegistrySchema) -> list[FieldSpec]:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from pipeline.config import DecodeConfig
 from pipeline.decode.arrow import ArrowDecoder
 from pipeline.decode.spark import ERROR_COL
-from pipeline.source.reader import record_schema
+from pipeline.source.reader import records_at
 
 
 class ValueDecoder:
@@ -33,36 +33,17 @@ class ValueDecoder:
         names = [c.name for c in self._decoder.columns] + ([key.name] if key else [])
         self.schema = pa.schema(
             [
-                self._decoder.decode(_records(pa.array([], pa.binary()))).schema.field(n)
+                self._decoder.decode(records_at(pa.array([], pa.binary()))).schema.field(n)
                 for n in names
             ]
         )
 
     def decode(self, values: pa.Array, keys: pa.Array | None = None) -> tuple[pa.Table, np.ndarray]:
         """(decoded rows aligned with ``values``, bool mask of rows that decoded)."""
-        out = self._decoder.decode(_records(values, keys))
+        out = self._decoder.decode(records_at(values, keys))
         ok = pc.is_null(out.column(ERROR_COL)).to_numpy(zero_copy_only=False)
         table = pa.Table.from_batches([out]).select(self.schema.names)
         return table, np.asarray(ok, dtype=bool)
-
-
-def _records(values: pa.Array, keys: pa.Array | None = None) -> pa.RecordBatch:
-    """``values`` (and ``keys``) as the reader's record batch (the other columns are
-    placeholders)."""
-    n = len(values)
-    schema = record_schema(False)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.nulls(n, pa.binary()) if keys is None else keys.cast(pa.binary()),
-            values.cast(pa.binary()),
-            pa.nulls(n, pa.string()),
-            pa.nulls(n, pa.int32()),
-            pa.array(np.arange(n, dtype=np.int64)),
-            pa.nulls(n, schema.field("timestamp").type),
-            pa.nulls(n, pa.int32()),
-        ],
-        schema=schema,
-    )
 
 
 def _nested(t: pa.DataType) -> bool:

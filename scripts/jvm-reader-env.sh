@@ -9,10 +9,13 @@
 #   ($INGEST_PROJECT_PYTHON, default .venv/bin/python)
 #   the SQLite JDBC driver for Iceberg's JdbcCatalog: Debian libxerial-sqlite-jdbc-java
 #   (installed when missing and running as root; $INGEST_SQLITE_JDBC_JAR overrides the jar)
+#   Hadoop's S3A (hadoop-aws 3.3.4, PySpark 3.5.7's Hadoop) and the AWS SDK modules it calls,
+#   from the same `jvm-reader` set, for tables on S3
 # Idempotent and quick once set up (a stamp in the venv records the pins it was built with).
-# Prints python=, iceberg_jar=, hudi_jar=, sqlite_jdbc_jar= lines; when something cannot be had
-# it prints one line naming it to stderr and exits 1. tests/test_jvm_iceberg_reader.py and
-# tests/test_jvm_hudi_reader.py run it (the slow suite); tests/jvm_reader/ holds the readers.
+# Prints python=, iceberg_jar=, hudi_jar=, sqlite_jdbc_jar= and s3_jars= (comma-separated)
+# lines; when something cannot be had it prints one line naming it to stderr and exits 1.
+# tests/test_jvm_iceberg_reader.py and tests/test_jvm_hudi_reader.py run it (the slow suite);
+# tests/jvm_reader/ holds the readers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${INGEST_JVM_READER_PYTHON:-${PYTHON:-python3}}"  # PySpark 3.5 wants Python <= 3.11
@@ -87,7 +90,15 @@ dir="${jars##*jvm-reader in }"
 iceberg_jar="$(find "$dir" -name 'iceberg-spark-runtime-3.5_2.12-*.jar' -print -quit)"
 hudi_jar="$(find "$dir" -name 'hudi-spark3.5-bundle_2.12-*.jar' -print -quit)"
 [ -n "$iceberg_jar" ] && [ -n "$hudi_jar" ] || missing "the reader jars in $dir"
+# Hadoop's S3A and the AWS SDK modules it calls (the rest of their dependencies are Spark's)
+s3_jars="$(find "$dir" \( -name 'hadoop-aws-*.jar' -o -name 'aws-java-sdk-*.jar' \
+  -o -name 'jmespath-java-*.jar' -o -name 'ion-java-*.jar' -o -name 'jackson-dataformat-cbor-*.jar' \
+  -o -name 'wildfly-openssl-*.jar' \) | sort | paste -sd, -)"
+case "$s3_jars" in *hadoop-aws-*aws-java-sdk-s3-* | *aws-java-sdk-s3-*hadoop-aws-*) ;;
+  *) missing "hadoop-aws and aws-java-sdk-s3 in $dir" ;;
+esac
 echo "python=$VENV/bin/python"
 echo "iceberg_jar=$iceberg_jar"
 echo "hudi_jar=$hudi_jar"
 echo "sqlite_jdbc_jar=$sqlite_jar"
+echo "s3_jars=$s3_jars"

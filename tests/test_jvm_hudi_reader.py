@@ -11,8 +11,17 @@ Spark bundle is built for Spark 3.5 only on Maven Central (none for the project'
    hudi-rs and Kafka have; Hudi's timeline API lists every commit with our checkpoint in its
    extra metadata; an incremental query of each batch commit returns exactly the offset
    ranges that commit records, and of a compaction nothing; time travel as of each commit
-   counts the rows committed up to it.
-2. A table evolved over three restarts (a struct field and a map added, int → long and float
+   counts the rows committed up to it. Run on local files and on S3 (SeaweedFS; Hudi's reader
+   through Hadoop's S3A).
+2. An unpartitioned table written as the Hudi half of ``sink.format: both`` (dead letters in
+   Iceberg), long enough that the writer trims its timeline twice -- the second time past a
+   compaction's ``replacecommit`` -- with a driver SIGKILLed after pre-committing a batch
+   once the timeline is trimmed: Hudi's snapshot query still returns every row (files of
+   trimmed commits are older than the timeline's start), equal to hudi-rs's and, with the
+   Iceberg dead letters, to Kafka's; incremental reads of the retained batch commits return
+   exactly their ranges; time travel as of the oldest retained commit counts the rows its
+   ``ingest.ranges-before`` covers.
+3. A table evolved over three restarts (a struct field and a map added, int → long and float
    → double, a column made optional, a column added): every row reads as hudi-rs reads it,
    with nulls where a column did not exist yet.
 """
@@ -29,8 +38,10 @@ import pytest
 from support.drivers import (
     ROOT,
     Coord,
+    arrow_coords,
     hudi_coords,
     hudi_read,
+    iceberg_table_coords,
     pipeline_config,
     produced,
     run_cli,
@@ -40,6 +51,7 @@ from support.drivers import (
 )
 from support.jvm_readers import reader_process_env
 from support.kafka_fixtures import KafkaTestBroker
+from support.s3_fixtures import S3Server
 
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY
 from pipeline.commit.maintenance import COMPACTION_KEY
@@ -48,9 +60,27 @@ from pipeline.tools.generator import GeneratorSpec, produce
 READER = ROOT / "tests" / "jvm_reader" / "read_hudi.py"
 
 
-def _read(env: dict[str, str], *bases: Path, rows: bool = False) -> dict[str, dict[str, Any]]:
+def _s3a(server: S3Server) -> list[str]:
+    """``read_hudi.py``'s flags for tables on ``server``: S3A's jars come with ``--jars``."""
+    settings = {
+        "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",  # s3:// base paths, as written
+        "fs.s3a.endpoint": server.endpoint,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3a.access.key": server.access_key,
+        "fs.s3a.secret.key": server.secret_key,
+    }
+    return [f"--hadoop={k}={v}" for k, v in settings.items()]
+
+
+def _read(
+    env: dict[str, str], *bases: Path | str, rows: bool = False, s3: S3Server | None = None
+) -> dict[str, dict[str, Any]]:
     """``read_hudi.py`` on ``bases``: its JSON document per table, by base path."""
     flags = ["--rows"] if rows else ["--commits"]
+    if s3 is not None:
+        flags += ["--jars", env["s3_jars"], *_s3a(s3)]
     r = subprocess.run(
         [env["python"], str(READER), "--hudi-jar", env["hudi_jar"], *flags, *map(str, bases)],
         capture_output=True,
@@ -60,7 +90,8 @@ def _read(env: dict[str, str], *bases: Path, rows: bool = False) -> dict[str, di
         env=reader_process_env(),
     )
     docs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
-    assert r.returncode == 0 and len(docs) == len(bases), (r.stdout[-2000:], r.stderr[-3000:])
+    errors = [d["error"] for d in docs if "error" in d]
+    assert r.returncode == 0 and len(docs) == len(bases), (errors, r.stderr[-3000:])
     return {d["table"]: d for d in docs}
 
 
@@ -99,19 +130,40 @@ def _check_commits(*docs: dict[str, Any]) -> int:
     return len(ranges)
 
 
+def _expand(text: str) -> set[Coord]:
+    """Every coordinate of an ``ingest.ranges-before`` document (merged [start, end) lists)."""
+    return {
+        (t, int(p), o)
+        for t, parts in json.loads(text).items()
+        for p, spans in parts.items()
+        for a, b in spans
+        for o in range(a, b)
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("storage", ["local", "s3"])
 def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
-    jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
+    jvm_reader: dict[str, str],
+    kafka_broker: KafkaTestBroker,
+    tmp_path: Path,
+    storage: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
-    topic = kafka_broker.new_topic("jvm-hudi", 3)
-    main, dead = tmp_path / "lake" / "events", tmp_path / "lake" / "events_dead_letter"
-    sink = {
-        "format": "hudi",
-        "table": "db.events",
-        "hudi": {"basePath": str(main), "partitionFields": ["country"]},
-    }
+    topic = kafka_broker.new_topic(f"jvm-hudi-{storage}", 3)
+    hudi: dict[str, Any] = {"partitionFields": ["country"]}
+    s3: S3Server | None = None
+    if storage == "s3":  # SeaweedFS; Hudi's reader goes through Hadoop's S3A
+        s3 = request.getfixturevalue("s3_server")
+        main: Path | str = f"s3://{s3.new_bucket('jvm-hudi')}/lake/events"
+        hudi["properties"] = s3.properties()
+    else:
+        main = tmp_path / "lake" / "events"
+    hudi["basePath"] = str(main)
+    dead = f"{main}_dead_letter"
+    sink = {"format": "hudi", "table": "db.events", "hudi": hudi}
     cfg = pipeline_config(tmp_path, bootstrap, topic, sink, source={"maxRecordsPerTrigger": 400})
     config = write_config(tmp_path, cfg)
     bad = 0.05  # malformed: dead-letter rows
@@ -128,15 +180,83 @@ def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
     assert "batch 1 recommitted" in recovered.stdout, recovered.stdout[-3000:]
     compacted = run_cli("compact", "--config", str(config), "--min-input-files", "2")
     assert compacted.returncode == 0 and "compacted" in compacted.stdout, compacted.stdout
-    assert hudi_coords(main, dead) == produced(*results)  # exactly once (hudi-rs)
+    rs = {b: arrow_coords(hudi_read(b, s3)) for b in (str(main), dead)}  # hudi-rs
+    assert rs[str(main)] + rs[dead] == produced(*results)  # exactly once
 
-    docs = _read(jvm_reader, main, dead)
-    ours, theirs = docs[str(main)], docs[str(dead)]
-    assert _coords(ours["coords"]) == hudi_coords(main)
-    assert _coords(theirs["coords"]) == hudi_coords(dead)
+    docs = _read(jvm_reader, main, dead, s3=s3)
+    ours, theirs = docs[str(main)], docs[dead]
+    assert _coords(ours["coords"]) == rs[str(main)]
+    assert _coords(theirs["coords"]) == rs[dead]
     assert _coords(ours["coords"]) + _coords(theirs["coords"]) == produced(*results)
     assert "replacecommit" in {c["action"] for c in ours["commits"]}
     assert _check_commits(ours, theirs) >= 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg(
+    jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    from pipeline.commit.checkpoint import RANGES_BEFORE_KEY
+    from pipeline.formats.hudi.cow_table import TRIMMED_RECORD
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic("jvm-hudi-trimmed", 2)
+    base = tmp_path / "hudi" / "events"
+    sink = {
+        "format": "both",
+        "table": "db.events",
+        "catalog": {"warehouse": str(tmp_path / "warehouse")},
+        "maxSnapshots": 10,  # trims every 10 commits beyond the newest 10
+        "hudi": {"basePath": str(base)},
+    }
+    cfg = pipeline_config(tmp_path, bootstrap, topic, sink, source={"maxRecordsPerTrigger": 40})
+    config = write_config(tmp_path, cfg)
+    bad = 0.03
+    results = [
+        produce(bootstrap, topic, GeneratorSpec(count=880, malformed_fraction=bad, seed=181))
+    ]
+    run_driver_ok(config)  # 22 batches: the first trim
+    compacted = run_cli("compact", "--config", str(config), "--min-input-files", "2")
+    assert compacted.returncode == 0 and "compacted" in compacted.stdout, compacted.stdout
+    results.append(
+        produce(bootstrap, topic, GeneratorSpec(count=880, malformed_fraction=bad, seed=182))
+    )
+    run_driver_killed(config, "after-precommit:kill@34")  # trimmed past the compaction
+    recovered = run_driver_ok(config)
+    assert "batch 34 recommitted" in recovered.stdout, recovered.stdout[-3000:]
+
+    kafka = produced(*results)
+    dead = iceberg_table_coords(tmp_path / "warehouse", "db.events_dead_letter")
+    ours = hudi_coords(base)
+    assert (
+        ours + dead == kafka and iceberg_table_coords(tmp_path / "warehouse", "db.events") == ours
+    )
+    assert (base / ".hoodie" / ".ingest" / TRIMMED_RECORD).is_file()
+
+    doc = _read(jvm_reader, base)[str(base)]
+    assert _coords(doc["coords"]) == ours  # trimmed commits' files are read
+    commits = doc["commits"]
+    assert len(commits) < 20 and {c["action"] for c in commits} == {"commit"}  # replacecommit gone
+    oldest, *retained = commits
+    before = _expand(oldest["extra"][RANGES_BEFORE_KEY])
+    assert oldest["as_of_rows"] == sum(n for c, n in ours.items() if c in before) + len(
+        oldest["incremental"]
+    )
+    total = oldest["as_of_rows"]
+    for commit in retained:  # each read from the previous retained commit
+        ranges = json.loads(commit["extra"]["ingest.ranges"])
+        want = Counter(
+            c
+            for t, parts in ranges.items()
+            for p, (a, b) in parts.items()
+            for o in range(a, b)
+            if (c := (t, int(p), o)) not in dead
+        )
+        assert _coords(commit["incremental"]) == want, commit["instant"]
+        total += sum(want.values())
+        assert commit["as_of_rows"] == total, commit["instant"]
+    assert total == doc["rows"] == sum(ours.values())
 
 
 @pytest.mark.slow

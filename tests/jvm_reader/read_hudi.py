@@ -5,7 +5,11 @@ PySpark 3.5.7 + ``hudi-spark3.5-bundle_2.12``), never the project's: this script
 nothing from ``pipeline``. Tables are given by their base path; the metadata table is off (our
 writer keeps none).
 
-    python read_hudi.py --hudi-jar J [--rows] [--commits] BASE_PATH...
+    python read_hudi.py --hudi-jar J [--jars J1,J2] [--hadoop KEY=VALUE]... [--rows]
+        [--commits] BASE_PATH...
+
+Tables on S3 take Hadoop's S3A jars in ``--jars`` and its settings in ``--hadoop`` (an
+``s3://`` base path is read through S3A: ``fs.s3.impl``).
 
 One JSON line per table on stdout::
 
@@ -36,6 +40,14 @@ COORDS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hudi-jar", required=True, help="hudi-spark3.5-bundle_2.12 jar")
+    ap.add_argument("--jars", default="", help="more jars, comma-separated (S3A's)")
+    ap.add_argument(
+        "--hadoop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Hadoop setting (e.g. fs.s3a.endpoint=http://...); repeatable",
+    )
     ap.add_argument("--rows", action="store_true", help="also print every row as JSON")
     ap.add_argument(
         "--commits",
@@ -50,10 +62,16 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def _session(a: argparse.Namespace) -> Any:
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for setting in a.hadoop:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--hadoop {setting!r}: expected KEY=VALUE")
+        builder = builder.config(f"spark.hadoop.{key}", value)
     spark = (
-        SparkSession.builder.master("local[1]")
+        builder.master("local[1]")
         .appName("hudi-jvm-reader")
-        .config("spark.jars", a.hudi_jar)
+        .config("spark.jars", ",".join(j for j in (a.hudi_jar, a.jars) if j))
         .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
         .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
         .config("spark.ui.enabled", "false")
@@ -140,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             doc = _read(spark, base, a)
         except Exception as e:  # one table's failure is reported, the others still read
             failed = True
-            doc = {"table": base, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
+            doc = {"table": base, "error": f"{type(e).__name__}: {str(e)[:8000]}"}
         print(json.dumps(doc), flush=True)
     spark.stop()
     return 1 if failed else 0

@@ -177,6 +177,18 @@ def iceberg_coords(*committers: Any) -> Counter[Coord]:
     return out
 
 
+def iceberg_table_coords(warehouse: Path, identifier: str) -> Counter[Coord]:
+    """(topic, partition, offset) of the Iceberg table ``identifier`` in the default SQLite
+    catalog of ``warehouse``, read by pyiceberg."""
+    from pyiceberg.catalog import load_catalog
+
+    from pipeline.config import CatalogConfig
+
+    props = CatalogConfig(warehouse=str(warehouse)).pyiceberg_properties()
+    table = load_catalog("lake", **props).load_table(identifier)
+    return arrow_coords(table.scan(selected_fields=COORD_COLUMNS).to_arrow())
+
+
 def coords(pipeline: Any) -> Counter[Coord]:
     """(topic, partition, offset) over a pipeline's main and dead-letter Iceberg tables."""
     return iceberg_coords(pipeline.tables.main, pipeline.tables.dead_letter)
@@ -196,14 +208,23 @@ def recorded_data_loss(pipeline: Any) -> list[Any]:
 # -- Hudi tables, read through hudi-rs (the ``hudi`` package), an independent reader ----------
 
 
-def hudi_read(base: Path | str) -> Any:
-    """The Hudi table at ``base`` as one Arrow table; None without a ``.hoodie`` or rows."""
+def hudi_read(base: Path | str, s3: Any = None) -> Any:
+    """The Hudi table at ``base`` as one Arrow table; None without a ``.hoodie`` or rows.
+    ``s3``: the ``S3Server`` an ``s3://`` base is on (the table must exist there)."""
     import hudi
     import pyarrow as pa
 
-    if not (Path(base) / ".hoodie").is_dir():
+    from pipeline.formats.hudi.storage import reader_options
+    from pipeline.storage.s3_settings import S3Settings
+
+    builder = hudi.HudiTableBuilder.from_base_uri(str(base))
+    if s3 is not None:
+        builder = builder.with_storage_options(
+            reader_options(S3Settings.from_properties(s3.properties()))
+        )
+    elif not (Path(base) / ".hoodie").is_dir():
         return None
-    batches = hudi.HudiTableBuilder.from_base_uri(str(base)).build().read()
+    batches = builder.build().read()
     return pa.Table.from_batches(batches) if batches else None
 
 

@@ -441,6 +441,59 @@ def test_trimming_stops_at_a_pending_instant_and_deletes_debris_first(tmp_path: 
     assert got == expected(T0, 0, 45) + expected(T1, 45, 120)  # no debris, no pending rows
 
 
+def test_trimming_takes_hudi_housekeeping_along_and_stops_at_a_pending_one(
+    tmp_path: Path,
+) -> None:
+    """A completed ``clean`` / ``rollback`` run by Hudi's own tools leaves with the trim (as
+    Hudi's archiver would move it); a pending one stops the trim, like any pending instant."""
+    base = tmp_path / "events"
+    meta = base / ".hoodie"
+    c = HudiCommitter(HudiTable(make_spec(base)), max_commits=10, trim_every=5)
+
+    def hudi_instant(action: str, *states: str) -> list[str]:
+        ts = next_instant_time(c.hudi.latest_instant_time())
+        names = [f"{ts}.{action}.{s}" if s else f"{ts}.{action}" for s in states]
+        for name in names:
+            (meta / name).write_bytes(b"Obj\x01")  # Avro metadata we never read
+        return names
+
+    commit_range(c, 0, 0, 3)
+    done = hudi_instant("clean", "requested", "inflight", "") + hudi_instant(
+        "rollback", "requested", "inflight", ""
+    )
+    for b in range(1, 25):
+        commit_range(c, b, b * 3, b * 3 + 3)
+    assert str(c.hudi.trimmed_through()) > done[-1][:17]
+    assert not [n for n in done if (meta / n).exists()]  # gone with the commits around them
+    pending = hudi_instant("clean", "requested", "inflight")
+    for b in range(25, 50):
+        commit_range(c, b, b * 3, b * 3 + 3)
+    assert str(c.hudi.trimmed_through()) < pending[0][:17]  # never past the pending clean
+    assert all((meta / n).exists() for n in pending)
+    assert len(hudi_completed_commits(base)) >= 25
+    assert arrow_coords(read(base)) == expected(T0, 0, 150)
+
+
+def test_a_table_given_a_metadata_table_by_hudi_is_refused_naming_the_remedy(
+    tmp_path: Path,
+) -> None:
+    """Hudi's tools run with their defaults add a metadata table, which Java readers would list
+    files from (missing ours): the writer refuses the table in one line that says how to
+    drop it, and takes it again once it is gone."""
+    base = tmp_path / "events"
+    c = HudiCommitter(HudiTable(make_spec(base)))
+    commit_range(c, 0, 0, 3)
+    props = base / ".hoodie" / "hoodie.properties"
+    plain = props.read_text()
+    props.write_text(plain + "hoodie.table.metadata.partitions=column_stats,files\n")
+    with pytest.raises(CommitError) as refused:
+        commit_range(c, 1, 3, 6)
+    assert "\n" not in str(refused.value) and "hoodie.metadata.enable=false" in str(refused.value)
+    props.write_text(plain + "hoodie.table.metadata.partitions=\n")  # as Hudi leaves it
+    commit_range(c, 1, 3, 6)
+    assert arrow_coords(read(base)) == expected(T0, 0, 6)
+
+
 def test_failed_first_run_leaves_no_table_and_no_visible_orphans(tmp_path: Path) -> None:
     base = tmp_path / "events"
     c = HudiCommitter(HudiTable(make_spec(base)))

@@ -7,14 +7,19 @@ command: everything it needs can be installed there)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENV_SCRIPT = ROOT / "scripts" / "jvm-reader-env.sh"
+HUDI_READER = ROOT / "tests" / "jvm_reader" / "read_hudi.py"
+HUDI_SERVICES = ROOT / "tests" / "jvm_reader" / "hudi_services.py"
 
 
 def _unavailable(why: str) -> None:
@@ -42,3 +47,59 @@ def reader_process_env() -> dict[str, str]:
     drop = {"SPARK_HOME", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "SPARK_CONF_DIR"}
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("PYSPARK_")}
     return {**env, "PYTHONNOUSERSITE": "1"}
+
+
+def _run(env: dict[str, str], script: Path, *args: str) -> tuple[list[dict[str, Any]], str, int]:
+    """``script`` in the readers' Python: its JSON lines, stderr and exit code."""
+    r = subprocess.run(
+        [env["python"], str(script), "--hudi-jar", env["hudi_jar"], *args],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        cwd=ROOT,
+        env=reader_process_env(),
+    )
+    docs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    return docs, r.stderr, r.returncode
+
+
+def _s3a(server: Any) -> list[str]:
+    """``read_hudi.py``'s flags for tables on ``server`` (an ``S3Server``): S3A's jars and
+    settings."""
+    settings = {
+        "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",  # s3:// base paths, as written
+        "fs.s3a.endpoint": server.endpoint,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3a.access.key": server.access_key,
+        "fs.s3a.secret.key": server.secret_key,
+    }
+    return [f"--hadoop={k}={v}" for k, v in settings.items()]
+
+
+def hudi_spark_read(
+    env: dict[str, str], *bases: Path | str, rows: bool = False, s3: Any = None
+) -> dict[str, dict[str, Any]]:
+    """Hudi's Spark datasource (``read_hudi.py``) on ``bases``: its JSON document per table,
+    by base path. ``rows``: every row instead of the commits; ``s3``: the ``S3Server``."""
+    flags = ["--rows"] if rows else ["--commits"]
+    if s3 is not None:
+        flags += ["--jars", env["s3_jars"], *_s3a(s3)]
+    docs, stderr, code = _run(env, HUDI_READER, *flags, *map(str, bases))
+    errors = [d["error"] for d in docs if "error" in d]
+    assert code == 0 and len(docs) == len(bases), (errors, stderr[-3000:])
+    return {d["table"]: d for d in docs}
+
+
+def hudi_spark_services(env: dict[str, str], base: Path, *flags: str) -> dict[str, Any]:
+    """Hudi's own table services (``hudi_services.py`` ``flags``) on the table at ``base``:
+    each procedure's result rows, by name."""
+    docs, stderr, code = _run(env, HUDI_SERVICES, *flags, str(base))
+    assert code == 0 and docs and "error" not in docs[-1], (docs, stderr[-3000:])
+    return docs[-1]
+
+
+def coord_counts(rows: list[list[Any]]) -> Counter[tuple[str, int, int]]:
+    """The (topic, partition, offset) rows of a reader's document, counted."""
+    return Counter((t, p, o) for t, p, o in rows)

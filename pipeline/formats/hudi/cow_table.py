@@ -12,10 +12,12 @@ instants). Their data files stay and stay visible: Hudi readers treat files olde
 first active instant as committed (docs/hudi.md, "Reader facts the writer relies on";
 checked with hudi-rs in the tests). No Avro archive is written, so time travel and
 incremental reads reach back only to the oldest retained commit. Never trimmed: anything at
-or after the oldest pending or non-commit instant; commits of a pipeline whose oldest
-retained commit lacks the carried keys. Before the timeline start moves past an instant
-time, files of instants there that never completed (markers without a completed commit: a
-zombie's staging after a rollback) are deleted -- they would become visible.
+or after the oldest pending instant or instant of another action -- a completed ``clean`` or
+``rollback`` of Hudi's own tools excepted: it leaves with the trim, as Hudi's archiver would
+move it; commits of a pipeline whose oldest retained commit lacks the carried keys. Before
+the timeline start moves past an instant time, files of instants there that never completed
+(markers without a completed commit: a zombie's staging after a rollback) are deleted --
+they would become visible.
 ``.ingest/trimmed`` records the newest trimmed time first, so files of a trimmed commit are
 never mistaken for debris. Completed replacecommits (compactions) at or before the newest
 trimmed commit leave the timeline with it, after the base files of the file groups they
@@ -50,6 +52,7 @@ from pipeline.formats.hudi.layout import (
     TIMELINE_LAYOUT_VERSION,
     TableLock,
     TablePaths,
+    action_names,
     commit_name,
     file_tag,
     format_properties,
@@ -202,8 +205,12 @@ class HudiTable:
         if props.get("hoodie.table.base.file.format", "PARQUET").upper() != "PARQUET":
             problems.append("base file format is not PARQUET")
         if props.get("hoodie.table.metadata.partitions", "").strip():
-            # Java readers would list files from the metadata table and miss ours
-            problems.append("the metadata table is enabled (hoodie.table.metadata.partitions)")
+            # Java readers would list files from the metadata table and miss ours; a Hudi
+            # table service run with the metadata table off drops it (docs/hudi.md)
+            problems.append(
+                "the metadata table is enabled (hoodie.table.metadata.partitions): run one "
+                "Hudi table service on it with hoodie.metadata.enable=false to drop it"
+            )
         if problems:
             raise CommitError(f"{where} cannot be written natively: {'; '.join(problems)}")
         for key, mine in (
@@ -356,10 +363,16 @@ class HudiTable:
 
     def trim_limit(self) -> str | None:
         """Instants at or after this time are never trimmed: the oldest pending commit or
-        replacecommit, or instant of another action (None: no such instant)."""
+        replacecommit, or instant of another action -- except a completed ``clean`` or
+        ``rollback`` of Hudi's own (None: no such instant)."""
 
         def stops(t: _Timeline) -> list[str]:
-            others = [i.time for i in t.instants() if i.action not in ("commit", "replacecommit")]
+            done = set(t.completed_housekeeping())
+            others = [
+                i.time
+                for i in t.instants()
+                if i.action not in ("commit", "replacecommit") and (i.time, i.action) not in done
+            ]
             return [*t.pending, *t.pending_replace, *others]
 
         found = self._read(stops)
@@ -379,6 +392,11 @@ class HudiTable:
         self.files.write(TablePaths.own(meta, TRIMMED_RECORD), through.encode())
         doomed = [(ts, (requested_name(ts), inflight_name(ts), commit_name(ts))) for ts in times]
         doomed += [(ts, replace_names(ts)) for ts in replaces]
+        doomed += [
+            (ts, action_names(ts, action))
+            for ts, action in self._read(lambda t: t.completed_housekeeping())
+            if ts <= through
+        ]
         for _, names in sorted(doomed):
             for name in names:
                 self.files.delete(f"{meta}/{name}")

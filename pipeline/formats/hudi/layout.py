@@ -100,9 +100,21 @@ def commit_name(ts: str) -> str:
     return f"{ts}.commit"
 
 
+def action_names(ts: str, action: str) -> tuple[str, str, str]:
+    """``(requested, inflight, completed)`` file names of instant ``ts`` of ``action`` (every
+    action but ``commit``, whose inflight file is ``<ts>.inflight``)."""
+    return f"{ts}.{action}.requested", f"{ts}.{action}.inflight", f"{ts}.{action}"
+
+
 def replace_names(ts: str) -> tuple[str, str, str]:
     """``(requested, inflight, completed)`` file names of replacecommit ``ts``."""
-    return f"{ts}.replacecommit.requested", f"{ts}.replacecommit.inflight", f"{ts}.replacecommit"
+    return action_names(ts, "replacecommit")
+
+
+# Hudi's own housekeeping, run by hand with Hudi's tools: a completed one records what was
+# done (its Avro metadata feeds only Hudi's next run of it), so it may leave the active
+# timeline with a trim, as Hudi's archiver would move it; a pending one stops the trim.
+HOUSEKEEPING_ACTIONS = ("clean", "rollback")
 
 
 def parse_write_id(write_id: str) -> tuple[str, str]:

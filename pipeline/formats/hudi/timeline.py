@@ -12,9 +12,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from pipeline.formats.hudi.layout import (
-    INSTANT_FILE,
-)
+from pipeline.formats.hudi.layout import HOUSEKEEPING_ACTIONS, INSTANT_FILE
 
 __all__ = ["HudiInstant"]
 
@@ -67,6 +65,15 @@ class _Timeline:
 
     def instants(self) -> list[HudiInstant]:
         return sorted(self._instants.values(), key=lambda i: (i.time, i.action, i.state))
+
+    def completed_housekeeping(self) -> list[tuple[str, str]]:
+        """``(time, action)`` of the completed ``clean`` / ``rollback`` instants (Hudi's own
+        tools' housekeeping)."""
+        return [
+            (i.time, i.action)
+            for i in self._instants.values()
+            if i.action in HOUSEKEEPING_ACTIONS and i.state == "completed"
+        ]
 
     def latest(self) -> str | None:
         return self._times[-1] if self._times else None

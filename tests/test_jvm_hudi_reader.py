@@ -219,7 +219,7 @@ def test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg(
 def test_hudi_spark_reads_an_evolved_nested_table_as_hudi_rs_does(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, jvm_reader: dict[str, str]
 ) -> None:
-    from tests.test_schema_evolution import canonical_row, evolve_in_three_restarts
+    from test_schema_evolution import canonical_row, evolve_in_three_restarts
 
     topic = kafka_broker.new_topic("jvm-hudi-evolved", 2)
     evolve_in_three_restarts(spark, kafka_broker.bootstrap_servers, topic, tmp_path, "hudi")

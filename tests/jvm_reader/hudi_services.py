@@ -20,6 +20,8 @@ import json
 import sys
 from typing import Any
 
+from hudi_session import hudi_session  # this directory (the script's own)
+
 SETTINGS = {
     "hoodie.metadata.enable": "false",
     "hoodie.write.auto.upgrade": "false",
@@ -35,33 +37,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _session(a: argparse.Namespace) -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("hudi-table-services")
-        .config("spark.jars", a.hudi_jar)
-        .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-        .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
-        .config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog"
-        )
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "768m")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
-    spark = _session(a)
+    spark = hudi_session("hudi-table-services", [a.hudi_jar], catalog=True)
     for key, value in SETTINGS.items():
         spark.sql(f"SET {key}={value}")
     location = a.table.replace("'", "\\'")

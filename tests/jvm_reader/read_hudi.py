@@ -34,6 +34,8 @@ import json
 import sys
 from typing import Any
 
+from hudi_session import hudi_session  # this directory (the script's own)
+
 COORDS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 
 
@@ -60,31 +62,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _session(a: argparse.Namespace) -> Any:
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
+    hadoop = {}
     for setting in a.hadoop:
         key, sep, value = setting.partition("=")
         if not sep:
             raise SystemExit(f"--hadoop {setting!r}: expected KEY=VALUE")
-        builder = builder.config(f"spark.hadoop.{key}", value)
-    spark = (
-        builder.master("local[1]")
-        .appName("hudi-jvm-reader")
-        .config("spark.jars", ",".join(j for j in (a.hudi_jar, a.jars) if j))
-        .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-        .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        # a short-lived JVM: the quick JIT tier only, serial GC
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "768m")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+        hadoop[key] = value
+    return hudi_session("hudi-jvm-reader", [a.hudi_jar, a.jars], hadoop)
 
 
 def _reader(spark: Any) -> Any:

@@ -3,12 +3,14 @@
 A Hudi user runs Hudi's clustering and cleaner (Spark SQL's ``run_clustering`` and
 ``run_clean`` of Hudi's Spark bundle, in the JVM readers' environment:
 ``tests/jvm_reader/hudi_services.py``) with the settings docs/hudi.md gives (metadata table
-off, no upgrade). Between pipeline runs -- once with the table quiet, once with a batch of
-ours pre-committed and pending after a SIGKILL -- and the pipeline then goes on: the pending
-batch is recommitted without recomputing, every (topic, partition, offset) is in the tables
-exactly once (hudi-rs and Hudi's Spark datasource agree with Kafka), ``ingest verify``
-passes, and the writer's timeline trim goes on past Hudi's ``clean`` and clustering
-``replacecommit`` instants (they would otherwise hold the active timeline forever).
+off, no upgrade). Between pipeline runs -- with the table quiet, with a batch committed to
+the table but not to Spark's checkpoint, and with a batch of ours pre-committed and pending
+after a SIGKILL -- and the pipeline then goes on: the committed batch's replay is skipped
+(dedupe), the pending batch is recommitted without recomputing, every (topic, partition,
+offset) is in the tables exactly once (hudi-rs and Hudi's Spark datasource agree with
+Kafka), ``ingest verify`` passes, and the writer's timeline trim goes on past Hudi's
+``clean`` and clustering ``replacecommit`` instants (they would otherwise hold the active
+timeline forever).
 """
 
 from __future__ import annotations
@@ -64,16 +66,22 @@ def test_hudi_clustering_and_cleaner_run_by_hand_break_nothing(
     (clustering,) = _instants(main, "replacecommit")
     assert hudi_coords(main, dead) == produced(*results)
 
-    # a batch of ours pending (pre-committed, then SIGKILLed) while Hudi clusters again and
-    # cleans the file groups the first clustering replaced
+    # batch 6 in the table but not in Spark's commit log (SIGKILL after the table commit)
+    # while Hudi clusters again and cleans the file groups the first clustering replaced
     results.append(
         produce(bootstrap, topic, GeneratorSpec(count=1900, malformed_fraction=bad, seed=192))
     )
-    run_driver_killed(config, "after-precommit:kill@8")
+    run_driver_killed(config, "after-commit:kill@6")
     ran = hudi_spark_services(jvm_reader, main, "--clustering", "--clean", "1")
     assert ran["clean"] and len(_instants(main, "replacecommit")) == 2, ran
     (clean,) = _instants(main, "clean")
-    recovered = run_driver_ok(config)  # 19 more batches: the writer trims its timeline
+    # the replayed batch 6 is recognised as committed; batch 8 is left pending
+    replayed = run_driver_killed(config, "after-precommit:kill@8")
+    assert "batch 6 of" in replayed.stdout and "replay skipped" in replayed.stdout, replayed.stdout
+
+    # Hudi clusters while batch 8 of ours is pending
+    assert hudi_spark_services(jvm_reader, main, "--clustering")["clustering"]
+    recovered = run_driver_ok(config)  # 18 more batches: the writer trims its timeline
     assert "batch 8 recommitted" in recovered.stdout, recovered.stdout[-3000:]
 
     kafka = produced(*results)

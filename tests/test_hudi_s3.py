@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from support.drivers import arrow_coords, pipeline_config, produced
+from support.drivers import arrow_coords, hudi_read, pipeline_config, produced
 from support.s3_fixtures import S3Server
 
 from pipeline.app import Pipeline
@@ -31,7 +31,6 @@ from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.slots import KEEP, CommitSlots
 from pipeline.formats.hudi.status import hudi_table_status
-from pipeline.formats.hudi.storage import reader_options
 from pipeline.storage.s3_settings import S3Settings
 from pipeline.tools.generator import GeneratorSpec, produce
 from pipeline.tools.verify import verify_pipeline
@@ -70,9 +69,7 @@ def read_s3(server: S3Server, base: str) -> pa.Table | None:
     """The table through hudi-rs reading S3 directly (None: no table)."""
     if ".hoodie/hoodie.properties" not in keys(server, base):
         return None
-    opts = reader_options(S3Settings.from_properties(server.properties()))
-    batches = hudi.HudiTableBuilder.from_base_uri(base).with_storage_options(opts).build().read()
-    return pa.Table.from_batches(batches) if batches else None
+    return hudi_read(base, server)
 
 
 def stage_commit(c: HudiCommitter, batch_id: int, first: int, last: int, epoch: int) -> str:

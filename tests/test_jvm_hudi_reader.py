@@ -51,7 +51,13 @@ from support.jvm_readers import coord_counts, hudi_spark_read
 from support.kafka_fixtures import KafkaTestBroker
 from support.s3_fixtures import S3Server
 
-from pipeline.commit.checkpoint import PIPELINE_ID_KEY
+from pipeline.commit.checkpoint import (
+    PIPELINE_ID_KEY,
+    RANGES_BEFORE_KEY,
+    RANGES_KEY,
+    parse_ranges,
+)
+from pipeline.commit.history import Intervals, parse_intervals
 from pipeline.commit.maintenance import COMPACTION_KEY
 from pipeline.tools.generator import GeneratorSpec, produce
 
@@ -71,31 +77,29 @@ def _check_commits(*docs: dict[str, Any]) -> int:
             else:
                 assert PIPELINE_ID_KEY in extra, commit
                 key = (extra["ingest.incarnation"], extra["ingest.batch-id"])
-                assert ranges.setdefault(key, extra["ingest.ranges"]) == extra["ingest.ranges"]
+                assert ranges.setdefault(key, extra[RANGES_KEY]) == extra[RANGES_KEY]
                 batches[key] = batches.get(key, Counter()) + got
                 total += sum(got.values())
             assert commit["as_of_rows"] == total, commit["instant"]
         assert total == doc["rows"]
     for key, text in ranges.items():
-        want = Counter(
-            (t, int(p), o)
-            for t, parts in json.loads(text).items()
-            for p, (a, b) in parts.items()
-            for o in range(a, b)
-        )
-        assert batches[key] == want, key
+        assert batches[key] == _covered(_batch_ranges(text)), key
     return len(ranges)
 
 
-def _expand(text: str) -> set[Coord]:
-    """Every coordinate of an ``ingest.ranges-before`` document (merged [start, end) lists)."""
-    return {
-        (t, int(p), o)
-        for t, parts in json.loads(text).items()
-        for p, spans in parts.items()
+def _batch_ranges(text: str) -> Intervals:
+    """A commit's ``ingest.ranges`` as intervals (one [start, end) per partition)."""
+    return {tp: [span] for tp, span in parse_ranges(text, RANGES_KEY).items()}
+
+
+def _covered(intervals: Intervals) -> Counter[Coord]:
+    """Every (topic, partition, offset) the [start, end) intervals cover, once."""
+    return Counter(
+        (tp.topic, tp.partition, o)
+        for tp, spans in intervals.items()
         for a, b in spans
         for o in range(a, b)
-    }
+    )
 
 
 @pytest.mark.slow
@@ -154,7 +158,6 @@ def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
 def test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    from pipeline.commit.checkpoint import RANGES_BEFORE_KEY
     from pipeline.formats.hudi.cow_table import TRIMMED_RECORD
 
     bootstrap = kafka_broker.bootstrap_servers
@@ -195,20 +198,13 @@ def test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg(
     commits = doc["commits"]
     assert len(commits) < 20 and {c["action"] for c in commits} == {"commit"}  # replacecommit gone
     oldest, *retained = commits
-    before = _expand(oldest["extra"][RANGES_BEFORE_KEY])
+    before = _covered(parse_intervals(oldest["extra"][RANGES_BEFORE_KEY], RANGES_BEFORE_KEY))
     assert oldest["as_of_rows"] == sum(n for c, n in ours.items() if c in before) + len(
         oldest["incremental"]
     )
     total = oldest["as_of_rows"]
     for commit in retained:  # each read from the previous retained commit
-        ranges = json.loads(commit["extra"]["ingest.ranges"])
-        want = Counter(
-            c
-            for t, parts in ranges.items()
-            for p, (a, b) in parts.items()
-            for o in range(a, b)
-            if (c := (t, int(p), o)) not in dead
-        )
+        want = _covered(_batch_ranges(commit["extra"][RANGES_KEY])) - dead  # dead: Iceberg's
         assert coord_counts(commit["incremental"]) == want, commit["instant"]
         total += sum(want.values())
         assert commit["as_of_rows"] == total, commit["instant"]

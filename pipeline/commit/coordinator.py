@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
@@ -69,6 +71,7 @@ from pipeline.commit.types import (
 from pipeline.errors import CommitError, GapError, OverlapError
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class Coordinator:
@@ -132,9 +135,34 @@ class Coordinator:
         return self.epoch
 
     def check_epoch(self) -> None:
-        """Refuse to go on when a newer writer took over (journal or table)."""
+        """Refuse to go on when a newer writer took over (journal or table); a newer epoch
+        seen on a cached view of the table is confirmed on a fresh read first."""
         table = self.main.latest_epoch(self.pipeline_id) or 0
+        if table > self.epoch:
+            table = self._fresh(lambda: self.main.latest_epoch(self.pipeline_id) or 0)
         check_fence(self.pipeline_id, self.epoch, max([table, *self.timeline.epochs()]))
+
+    def _fresh(self, read: Callable[[], _T]) -> _T:
+        """``read`` on a fresh read of the tables: a halt, skip, rewind or drop decides on
+        it, never on a cached view (docs/design.md invariant 14)."""
+        for table in (self.main, self.dead_letter):
+            if table is not None:
+                table.refresh()
+        return read()
+
+    def _committed_before(
+        self, start: PartitionOffsets | None, end: PartitionOffsets
+    ) -> PartitionOffsets:
+        """The table's committed offsets this batch continues from. A cached view serves
+        only the all-clear (the batch starts exactly there): a first batch, a gap or an
+        overlap reads the table fresh before anything is decided on it."""
+        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        planned = consumed_ranges(start, end, [], previous, clip=False)
+        if start is None or gaps(start, previous) or overlap(planned, previous):
+            previous = self._fresh(
+                lambda: self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+            )
+        return previous
 
     # -- the batch ----------------------------------------------------------------------
     def run_batch(
@@ -155,7 +183,7 @@ class Coordinator:
         recovered: list[tuple[str, str]] = []
         self._count = count
         if not self.recovered:  # operator 1, first batch of a run only
-            self.check_epoch()
+            self._fresh(self.check_epoch)  # recovery decides on what the tables hold now
             outcome, recovered = self.recovery.recover(incarnation, batch_id, end)
             for lost in self.recovery.repairs:
                 assert lost.inflight is not None
@@ -167,11 +195,13 @@ class Coordinator:
                 return outcome
         t_rec = time.monotonic()
         batch = BatchIdentity(self.pipeline_id, incarnation, batch_id)
-        if self.main.is_committed(batch, end):
+        if self.main.is_committed(batch, end) and self._fresh(
+            lambda: self.main.is_committed(batch, end)
+        ):
             log.info("batch %d of %s already committed: replay skipped", batch_id, incarnation)
             return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=recovered)
         self.check_epoch()
-        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        previous = self._committed_before(start, end)
         start, write = self._check_gaps(batch_id, start, end, previous, write, reread)
         lapped = self._planned_overlap(batch_id, start, end, previous)
         instant = self._request(batch, start or PartitionOffsets(), end)

@@ -82,6 +82,11 @@ class TableCommitter(Protocol):
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None: ...
 
+    def refresh(self) -> None:
+        """Drop any cached view of the table: the next read is fresh. A check that halts,
+        skips, rewinds or drops decides on a fresh read (docs/design.md invariant 14)."""
+        ...
+
     def latest_epoch(self, pipeline_id: str) -> int | None: ...
 
     def last_commit_time(self, pipeline_id: str) -> float | None:

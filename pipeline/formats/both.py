@@ -76,6 +76,10 @@ class DualCommitter:
         Hudi table; Iceberg files may live anywhere in the warehouse or object store)."""
         return self.hudi if self.hudi.owns(path) else self.iceberg
 
+    def refresh(self) -> None:
+        self.iceberg.refresh()
+        self.hudi.refresh()
+
     def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         return self.iceberg.is_committed(batch, end) and self.hudi.is_committed(batch, end)
 

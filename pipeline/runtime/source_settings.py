@@ -94,6 +94,7 @@ class SourceSettings:
             return json.dumps(s.starting_offsets)
         if s.starting_offsets != "table":
             return self._pinned(s.starting_offsets)
+        self.main.refresh()  # where reading starts: a fresh read (docs/design.md invariant 14)
         committed = self.main.committed_offsets(self.cfg.id)
         if committed:
             log.info("resuming from the table's committed offsets %s", committed.to_json())

@@ -188,6 +188,9 @@ class MemTable:
                 return None
         return None
 
+    def refresh(self) -> None:
+        """Every read is of the shared state itself: nothing to drop."""
+
     def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         self._at("is_committed")
         with self._lock:

@@ -160,6 +160,10 @@ class HudiCommitter:
                 return None  # batches of one incarnation commit in order
         return None
 
+    def refresh(self) -> None:
+        """Nothing cached can be stale: every read lists ``.hoodie`` anew, and what is
+        kept (commit files' metadata, their owners) is of immutable completed commits."""
+
     def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         return (
             self._find_batch(batch.pipeline_id, batch.incarnation, batch.batch_id, end) is not None

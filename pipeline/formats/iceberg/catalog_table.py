@@ -38,9 +38,15 @@ Reads: the read-only checks of one batch (epoch, committed offsets, is_committed
 context) and the commit share one view of the table for up to ``read_cache_s``: the last
 load, or the metadata the catalog returned for our own last append (so back-to-back
 batches load the metadata once per commit, inside the catalog's commit, not three
-times). A stale view is harmless: the append carries "main is still at this head", the
-catalog refuses it otherwise, and the retry reloads. A failed attempt, a fence, an expiry
-or a table creation drops the view.
+times). The view only moves forward (docs/design.md invariant 14): each view is stamped
+with the time its state is known to be current at -- a load's start, an append's return
+-- and a load that started before the view's stamp (another thread's, racing our commit)
+or before the view was dropped never replaces it. So the view always holds our own
+commits, and a view older than the table misses only other writers' commits: an append
+on it carries "main is still at this head" and the catalog refuses it; a refusal or a
+skip decided on the view (fence, precondition, already committed) is decided again on a
+fresh load before it counts (:meth:`IcebergTable._commit_once`). A failed attempt, a
+fence, an expiry or a table creation drops the view.
 """
 
 from __future__ import annotations
@@ -159,8 +165,12 @@ class IcebergTable:
         self.expire_every = max(1, expire_every)
         self.read_cache_s = max(0.0, read_cache_s)
         self._retry_scope = threading.local()  # set while a _with_retries loop runs
-        # (monotonic time, table) of the last load, shared by the read-only checks
+        # (as-of monotonic time, table), shared by the read-only checks; it only moves
+        # forward: a view stamped before ``_view_floor`` (a drop) or before the current
+        # one never replaces it (the idle fence check loads from another thread)
         self._read_view: tuple[float, Table | None] | None = None
+        self._view_floor = 0.0
+        self._view_lock = threading.Lock()
         self._snapshots_at_commit = 0  # snapshots in the metadata our last commit saw
 
     @property
@@ -181,20 +191,40 @@ class IcebergTable:
             except NoSuchTableError:
                 return None
 
+        started = time.monotonic()  # the answer is at least as new as the table then
         table = self._with_retries("load", once)
-        self._read_view = (time.monotonic(), table)
+        self._offer_view(started, table)
         return table
 
-    def _load_for_read(self) -> Table | None:
-        """The table for read-only checks: the last load if younger than ``read_cache_s``
-        (never across one of our own commits), else a fresh one."""
+    def _offer_view(self, as_of: float, table: Table | None) -> None:
+        """Make ``table`` (current as of ``as_of``) the read view unless the view already
+        holds a newer state, or was dropped after ``as_of``."""
+        with self._view_lock:
+            view = self._read_view
+            if as_of >= self._view_floor and (view is None or as_of >= view[0]):
+                self._read_view = (as_of, table)
+
+    def _cached_view(self) -> tuple[Table | None, bool]:
+        """(table, cached): the view if younger than ``read_cache_s``, else a fresh load."""
         view = self._read_view
         if view is not None and time.monotonic() - view[0] < self.read_cache_s:
-            return view[1]
-        return self.load()
+            return view[1], True
+        return self.load(), False
+
+    def _load_for_read(self) -> Table | None:
+        """The table for read-only checks whose all-clear a fresh read confirms before
+        anything halts on it (the coordinator's, :meth:`_commit_once`'s)."""
+        return self._cached_view()[0]
 
     def _forget_read_view(self) -> None:
-        self._read_view = None
+        """The next read loads; no load that started before now may become the view."""
+        with self._view_lock:
+            self._read_view = None
+            self._view_floor = time.monotonic()
+
+    def refresh(self) -> None:
+        """The next read of the table is a fresh load (a halting check decides on it)."""
+        self._forget_read_view()
 
     def exists(self) -> bool:
         return self._load_for_read() is not None
@@ -281,8 +311,21 @@ class IcebergTable:
     def schema_changes(self) -> list[Change]:
         """What the configured columns change in the table's (none for a new table);
         SchemaChangeRefused, before any side effect, for what no restart may change."""
-        table = self._load_for_read()
-        return planned_changes(table, self.columns, self.name) if table is not None else []
+        return self._confirmed(
+            lambda table: planned_changes(table, self.columns, self.name) if table else []
+        )
+
+    def _confirmed(self, check: Callable[[Table | None], _T]) -> _T:
+        """``check`` on the read view; a refusal it raises there is confirmed on a fresh
+        load before it counts (docs/design.md invariant 14)."""
+        table, cached = self._cached_view()
+        if cached:
+            try:
+                return check(table)
+            except Exception:
+                self._forget_read_view()
+                table = self.load()
+        return check(table)
 
     def evolve_schema(self) -> list[Change]:
         """Apply :meth:`schema_changes` in one catalog commit (atomic: a crash leaves the
@@ -337,10 +380,15 @@ class IcebergTable:
 
     def write_context(self, write_uuid: str) -> WriteContext:
         """What the workers need to stage files for the next commit."""
-        table = self._load_for_read()
-        if table is not None:
+
+        def context_of(table: Table | None) -> WriteContext | None:
+            if table is None:
+                return None
             self._check_schema(table)
             return WriteContext.for_table(table, write_uuid)
+
+        if (ctx := self._confirmed(context_of)) is not None:
+            return ctx
         ctx = self._new_table_context(write_uuid)
         self._location = ctx.table_location
         return ctx
@@ -503,24 +551,23 @@ class IcebergTable:
         precondition: Callable[[CommitCheckpoint | None], None] | None,
     ) -> int:
         # A view under read_cache_s old (the batch's checks, or our previous commit's
-        # result) is as good a base as a fresh load: the catalog refuses the append
-        # unless main is still at the view's head, and the retry then reloads.
+        # result) is as good a base for an append as a fresh load: the catalog refuses
+        # the append unless main is still at the view's head, and the retry then reloads.
+        # A refusal or a skip is not checked by the catalog: it is decided again on a
+        # fresh load before it counts (docs/design.md invariant 14).
         try:
-            table = self._load_for_read()
-            if table is None:
-                self._check_fence(None, checkpoint, precondition)
-                return self._create_with_first_commit(files, {**summary, **NOTHING_BEFORE})
-            latest = self._latest(table, checkpoint.pipeline_id)
-            # a superseded writer stops even when a newer one committed its batch for it
-            # (recovery recommits a paused writer's instant): it must not report success
-            self._check_fence(latest, checkpoint, None)
-            done = self._find_batch(
-                table,
-                checkpoint.pipeline_id,
-                checkpoint.incarnation,
-                checkpoint.batch_id,
-                checkpoint.batch_end,
-            )
+            table, cached = self._cached_view()
+            try:
+                done = self._decide(table, files, checkpoint, precondition)
+                confirmed = not cached or done is None
+            except Exception:
+                if not cached:
+                    raise
+                confirmed = False
+            if not confirmed:
+                self._forget_read_view()
+                table = self.load()
+                done = self._decide(table, files, checkpoint, precondition)
             if done is not None:
                 log.info(
                     "batch %s (%s) of %s is already in %s (snapshot %d): not appended again",
@@ -531,15 +578,44 @@ class IcebergTable:
                     done.snapshot_id,
                 )
                 return done.snapshot_id
-            if precondition is not None:
-                precondition(latest)
-            self._check_files(table, files)
+            if table is None:
+                return self._create_with_first_commit(files, {**summary, **NOTHING_BEFORE})
             self._snapshots_at_commit = len(table.metadata.snapshots) + 1
             carried = carried_forward(table, checkpoint.pipeline_id)
             return self._append(table, files, {**summary, **carried})
         except BaseException:
             self._forget_read_view()
             raise
+
+    def _decide(
+        self,
+        table: Table | None,
+        files: list[DataFile],
+        checkpoint: CommitCheckpoint,
+        precondition: Callable[[CommitCheckpoint | None], None] | None,
+    ) -> Snapshot | None:
+        """The checks of one commit attempt on ``table``: the snapshot that already holds
+        the batch, None to append (or create), or the refusal raised."""
+        if table is None:
+            self._check_fence(None, checkpoint, precondition)
+            return None
+        latest = self._latest(table, checkpoint.pipeline_id)
+        # a superseded writer stops even when a newer one committed its batch for it
+        # (recovery recommits a paused writer's instant): it must not report success
+        self._check_fence(latest, checkpoint, None)
+        done = self._find_batch(
+            table,
+            checkpoint.pipeline_id,
+            checkpoint.incarnation,
+            checkpoint.batch_id,
+            checkpoint.batch_end,
+        )
+        if done is not None:
+            return done
+        if precondition is not None:
+            precondition(latest)
+        self._check_files(table, files)
+        return None
 
     # -- bounded history -----------------------------------------------------------------
 
@@ -573,7 +649,7 @@ class IcebergTable:
         # the view now holds the catalog's metadata as our commit left it: the next
         # batch's checks (and commit) start from it instead of loading again
         committed = txn.commit_transaction()
-        self._read_view = (time.monotonic(), committed)
+        self._offer_view(time.monotonic(), committed)
         return snapshot_id
 
     def _create_with_first_commit(self, files: list[DataFile], summary: dict[str, str]) -> int:

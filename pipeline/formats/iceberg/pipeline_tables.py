@@ -48,6 +48,9 @@ class IcebergCommitter:
     def _fs(self) -> tuple[pafs.FileSystem, str]:
         return filesystem_for(self.iceberg.table_location(), self.properties)
 
+    def refresh(self) -> None:
+        self.iceberg.refresh()
+
     def latest_epoch(self, pipeline_id: str) -> int | None:
         cp = self.iceberg.latest_checkpoint(pipeline_id)
         return cp.epoch if cp is not None else None

@@ -41,13 +41,15 @@ if [ "$#" -gt 0 ]; then
   python -m pytest "$@"
   exit
 fi
-stage "pytest (default suite)"
-# The default suite's 2-SIGKILL drill is a subset of the drill stage below: CI runs it there.
-fast_drill=()
-if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
-  fast_drill=(--deselect tests/test_drills.py::test_fast_drills_kill_and_checkpoint_deleted)
+if [ -z "${INGEST_SKIP_DEFAULT:-}" ]; then
+  stage "pytest (default suite)"
+  # The default suite's 2-SIGKILL drill is a subset of the drill stage below: CI runs it there.
+  fast_drill=()
+  if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
+    fast_drill=(--deselect tests/test_drills.py::test_fast_drills_kill_and_checkpoint_deleted)
+  fi
+  python -m pytest --durations=15 "${fast_drill[@]}"
 fi
-python -m pytest --durations=15 "${fast_drill[@]}"
 # Slow drills (kill-at-every-fault-point chains, image build, outage deadlines): part of the full
 # run; skip them locally with INGEST_SKIP_SLOW=1.
 if [ -z "${INGEST_SKIP_SLOW:-}" ]; then
@@ -58,9 +60,19 @@ fi
 # point (9) on Iceberg and on Hudi, each other driver, executor and catalog scenario on one
 # format (the committed report: `ingest drill --matrix full`, every scenario on both formats,
 # 20 SIGKILLs, the broker drills on 3 brokers), each checked by `ingest verify`. Broker
-# faults are in the slow stage. Tests marked `extended` are beyond the CI budget (run them
-# with `pytest -m extended`). INGEST_SKIP_DRILLS=1 skips the drill stage.
+# faults are in the slow stage. The other drills of the matrix and the tests marked
+# `extended` run in the rotation below. INGEST_SKIP_DRILLS=1 skips the drill stage.
 if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
   stage "pytest -m drill"
   python -m pytest -m "drill and not extended" --durations=10
+fi
+# The rotation (tests/support/rotation.py): the tests marked `extended` and the drills of the
+# full matrix outside the subset above, one share of four per run, picked by the commit's
+# height in its history (INGEST_ROTATION_SHARE=0..3 or all picks by hand), so every four
+# consecutive commits run all of them. INGEST_SKIP_ROTATION=1 skips it.
+if [ -z "${INGEST_SKIP_ROTATION:-}" ]; then
+  stage "pytest rotation"
+  python tests/support/rotation.py
+  mapfile -t rotation < <(python tests/support/rotation.py --nodes)
+  python -m pytest -m extended --durations=10 "${rotation[@]}"
 fi

@@ -150,7 +150,7 @@ def test_uncommitted_group_has_no_offsets(broker: KafkaCluster) -> None:
     assert committed("committer") == 7
 
 
-@pytest.mark.slow  # not in CI: tests/test_outages.py does the same under a running pipeline
+@pytest.mark.slow  # in the rotation: tests/test_outages.py does the same under a running pipeline
 @pytest.mark.extended
 def test_leader_killed_and_paused_loses_nothing(kafka_cluster3: KafkaTestBroker) -> None:
     """SIGKILL of a partition leader, then SIGSTOP of another: an assigned consumer and an

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from support.kafka_fixtures import KafkaTestBroker
+from support.rotation import SHARES, drills_of
 
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
@@ -363,6 +364,29 @@ def _in_ci_subset(spec: DrillSpec) -> bool:
     if spec.scenario == "kill":
         return spec.table_format in CI_KILL_FORMATS
     return CI_FORMAT.get(spec.scenario) == spec.table_format
+
+
+@pytest.mark.drill
+@pytest.mark.extended
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("share", range(SHARES))
+def test_left_out_drills(share: int, tmp_path: Path) -> None:
+    """The drills of the full matrix outside CI's subset, a quarter per CI run
+    (tests/support/rotation.py), each ending 0 missing and 0 duplicated."""
+    wanted = set(drills_of(share))
+
+    def in_share(spec: DrillSpec) -> bool:
+        return not _in_ci_subset(spec) and (spec.label, spec.table_format) in wanted
+
+    out = Path(os.environ.get("INGEST_DRILL_OUT") or tmp_path)
+    report = _run(out, "full", [], CI_KILLS, standby_kills=2, executor_kills=2, only=in_share)
+    ran = {(d["scenario"], d["table_format"]): d for d in report["drills"]}
+    assert set(ran) == wanted, "the rotation names drills the full matrix does not have"
+    assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
+    for d in ran.values():
+        assert d["verdict"] != "skipped", (d["scenario"], d["skipped"])
+        assert d["missing"] == 0 and d["duplicated"] == 0, d["scenario"]
+        assert d["recover_s"], d["scenario"]  # each fault was recovered from, and timed
 
 
 @pytest.mark.drill

@@ -158,7 +158,7 @@ def _config_file(tmp: Path, bootstrap: str, topic: str, catalog: dict[str, Any])
     return write_config(tmp, cfg)
 
 
-@pytest.mark.slow  # two driver processes (~70 s): not in CI; CI's zombie drill fences one
+@pytest.mark.slow  # two driver processes (~70 s): in the rotation; CI's zombie drill fences one
 @pytest.mark.extended
 def test_second_driver_fences_the_first(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     uri = require_postgres_uri()  # real concurrent commits through PostgreSQL

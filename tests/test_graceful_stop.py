@@ -378,11 +378,11 @@ def _prefix(want: Counter[tuple[str, int, int]], end: Any) -> Counter[tuple[str,
     [
         # a stop before the precommit leaves what the default suite's mid-batch stop does,
         # and one after it what a recommit after SIGKILL does (test_recovery_spark): these
-        # three run with `pytest -m extended` (not in CI, whose budget is 60 minutes)
+        # three run in the rotation (tests/support/rotation.py)
         pytest.param("after-requested", marks=pytest.mark.extended),
         pytest.param("after-write", marks=pytest.mark.extended),
         pytest.param("after-precommit", marks=pytest.mark.extended),
-        # the table committed, the journal not (not in CI either; the default suite stops
+        # the table committed, the journal not (in the rotation too; the default suite stops
         # a pipeline mid-batch and idle in test_sigterm_mid_batch_and_idle_iceberg)
         pytest.param("after-commit", marks=[pytest.mark.slow, pytest.mark.extended]),
     ],

@@ -61,7 +61,7 @@ def _referenced(*tables: Any) -> set[str]:
     }
 
 
-# ≈ 4 min (9 driver processes): not in CI (the 60-minute budget); CI's drill stage arms
+# ≈ 4 min (9 driver processes): in CI's rotation (tests/support/rotation.py); CI's drill stage arms
 # every point on Iceberg with the SQLite catalog and counts every record, and the default
 # suite commits through PostgreSQL (test_pipeline_iceberg.py::test_postgresql_catalog).
 @pytest.mark.slow

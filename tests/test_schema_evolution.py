@@ -301,7 +301,7 @@ def test_a_refused_change_is_one_line_exit_2_and_touches_nothing(
     ("table_format", "fault"),
     [
         ("iceberg", "after-schema-change:kill"),
-        # a recommit of an instant precommitted in the new schema (not in CI: the budget)
+        # a recommit of an instant precommitted in the new schema (in the rotation)
         pytest.param("hudi", "after-precommit:kill", marks=pytest.mark.extended),
     ],
 )

@@ -1,0 +1,178 @@
+"""The rotation: every test outside CI's stages runs in one CI run out of every four.
+
+CI's stages leave out two kinds of test: those marked ``extended`` (variants too slow for
+every run) and the drills of ``ingest drill --matrix full`` outside CI's drill subset
+(``tests/test_drills.py::_in_ci_subset``). Each of them belongs to one of :data:`SHARES`
+shares here. A CI run executes the share of the commit it tests: the commit's height in
+its history (``git rev-list --count HEAD``) modulo :data:`SHARES`, so any :data:`SHARES`
+consecutive commits run every one of them, and a failure fails CI like any other test.
+The left-out drills run as ``tests/test_drills.py::test_left_out_drills[<share>]``, the
+drills of :data:`DRILLS` given that share.
+
+``tests/unit/test_rotation.py`` checks that the shares cover each such test exactly once.
+A new ``extended`` test must be given a share here, or that test fails.
+
+By hand (from the repository root)::
+
+    python tests/support/rotation.py                  # the share of HEAD and why
+    python tests/support/rotation.py --share 2        # what share 2 holds
+    INGEST_ROTATION_SHARE=2 ./scripts/run-tests.sh    # CI with share 2 (or: all)
+    INGEST_ROTATION_SHARE=all INGEST_SKIP_DEFAULT=1 INGEST_SKIP_SLOW=1 INGEST_SKIP_DRILLS=1 \
+        ./scripts/run-tests.sh                        # only the rotation, every share
+"""
+
+# ruff: noqa: E501 -- pytest node ids are not wrapped
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SHARES = 4
+ROOT = Path(__file__).resolve().parents[2]
+
+# the node id of each test marked ``extended`` (drills apart) -> its share; balanced by
+# the times measured on this project's 2-core host (the README lists each share's time)
+EXTENDED: dict[str, int] = {
+    "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 0,
+    "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 1,
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-requested]": 2,
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-write]": 3,
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-precommit]": 0,
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-commit]": 1,
+    "tests/test_graceful_stop.py::test_sigterm_mid_batch_and_idle_hudi": 2,
+    "tests/test_graceful_stop.py::test_stop_cut_short_then_second_signal_then_resume[hudi]": 3,
+    "tests/test_fencing.py::test_second_driver_fences_the_first": 2,
+    "tests/test_recovery_spark.py::test_recommit_does_not_recompute": 3,
+    "tests/test_recovery_spark.py::test_worker_killed_mid_write_is_retried_without_duplicates": 2,
+    "tests/test_hudi_pipeline.py::test_worker_killed_mid_write_leaves_no_duplicate": 3,
+    "tests/test_hudi_s3.py::test_pipeline_into_hudi_on_s3_exactly_once_recovery_and_lost_checkpoint": 0,
+    "tests/test_dual_pipeline.py::test_crash_between_the_two_table_commits[same-checkpoint]": 1,
+    "tests/test_outages.py::test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes": 1,
+    "tests/test_pipeline_iceberg.py::test_unreachable_broker_is_one_clear_line": 0,
+    "tests/test_broker.py::test_leader_killed_and_paused_loses_nothing": 3,
+    "tests/test_cli.py::test_spark_submit_of_main_py_from_a_checkout": 2,
+    "tests/test_registry_avro.py::test_new_versions_while_running_evolve_the_table_once_and_lose_nothing[hudi]": 0,
+    "tests/test_registry_avro.py::test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written": 1,
+    "tests/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 2,
+    "tests/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 3,
+    "tests/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 1,
+    "tests/test_schema_evolution.py::test_a_refused_change_is_one_line_exit_2_and_touches_nothing[hudi-drop-column 'price': is in the table but not configured]": 0,
+    "tests/test_schema_evolution.py::test_a_driver_killed_around_the_schema_change_loses_nothing[hudi-after-precommit:kill]": 2,
+}
+
+# the drills of the full matrix outside CI's subset: (label, table format) -> share
+DRILLS: dict[tuple[str, str], int] = {
+    ("broker-outage", "iceberg"): 0,
+    ("broker-outage", "hudi"): 1,
+    ("retention", "iceberg"): 2,
+    ("retention", "hudi"): 3,
+    ("standby", "hudi"): 2,
+    ("executor-loss", "hudi"): 3,
+    ("zombie", "iceberg"): 0,
+    ("task-failure", "iceberg"): 1,
+    ("checkpoint-deleted", "hudi"): 0,
+    ("schema-change", "iceberg"): 1,
+    ("schema-change", "hudi"): 2,
+    ("avro-schema-change", "iceberg"): 3,
+    ("avro-schema-change", "hudi"): 0,
+    ("kill", "both"): 1,
+}
+
+LEFT_OUT_DRILLS = "tests/test_drills.py::test_left_out_drills"
+
+
+def drills_of(share: int) -> list[tuple[str, str]]:
+    return sorted(key for key, s in DRILLS.items() if s == share)
+
+
+def node_ids(share: int) -> list[str]:
+    """The pytest node ids of one share: its extended tests and its left-out drills."""
+    tests = sorted(node for node, s in EXTENDED.items() if s == share)
+    return [*tests, f"{LEFT_OUT_DRILLS}[{share}]"]
+
+
+def commit_height(rev: str = "HEAD") -> int | None:
+    """How many commits lead to ``rev`` (None: not a git checkout, or a shallow one)."""
+    try:
+        shallow = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if shallow == "true":
+            return None
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-list", "--count", rev],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return int(out.stdout.strip())
+
+
+def commit_sha(rev: str = "HEAD") -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", rev],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def chosen_share(rev: str = "HEAD") -> tuple[list[int], str]:
+    """(shares to run, why): ``INGEST_ROTATION_SHARE`` (a number or ``all``) when set,
+    else the share of ``rev``'s height; every share when the height is unknown."""
+    forced = os.environ.get("INGEST_ROTATION_SHARE", "").strip()
+    if forced == "all":
+        return list(range(SHARES)), "INGEST_ROTATION_SHARE=all"
+    if forced:
+        share = int(forced)
+        if not 0 <= share < SHARES:
+            raise SystemExit(f"rotation: INGEST_ROTATION_SHARE={forced}: 0..{SHARES - 1} or all")
+        return [share], f"INGEST_ROTATION_SHARE={share}"
+    height = commit_height(rev)
+    if height is None:  # a shallow clone: the commit's hash still picks (no 4-run window)
+        sha = commit_sha(rev)
+        if sha is None:
+            return [0], "not a git checkout: share 0 (set INGEST_ROTATION_SHARE)"
+        share = int(sha[:8], 16) % SHARES
+        return [share], f"shallow clone: commit {sha[:12]}'s hash mod {SHARES} = {share}"
+    share = height % SHARES
+    return [
+        share
+    ], f"commit {rev} is commit #{height} of its history; {height} mod {SHARES} = {share}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--share", help=f"0..{SHARES - 1} or all (default: the commit's)")
+    parser.add_argument("--commit", default="HEAD", help="the commit whose share to pick")
+    parser.add_argument("--nodes", action="store_true", help="print only the node ids")
+    ns = parser.parse_args(argv)
+    if ns.share is not None:
+        shares = list(range(SHARES)) if ns.share == "all" else [int(ns.share)]
+        why = f"--share {ns.share}"
+    else:
+        shares, why = chosen_share(ns.commit)
+    nodes = [n for s in shares for n in node_ids(s)]
+    if ns.nodes:
+        print("\n".join(nodes))
+        return 0
+    print(f"rotation share(s) {', '.join(map(str, shares))} of {SHARES} ({why}):")
+    for share in shares:
+        drills = ", ".join(f"{label} on {fmt}" for label, fmt in drills_of(share))
+        print(f"  share {share}: {len(node_ids(share)) - 1} extended tests; drills: {drills}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

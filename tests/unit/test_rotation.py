@@ -1,0 +1,98 @@
+"""The rotation covers every test CI's stages leave out, each in exactly one share, and any
+four consecutive commits run all of them (tests/support/rotation.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import rotation
+from test_drills import _in_ci_subset
+
+from pipeline.tools.drill.runner import select
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _collected(marker: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marker, "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {line.strip() for line in out.splitlines() if "::" in line}
+
+
+def test_every_extended_test_has_exactly_one_share() -> None:
+    extended = _collected("extended")
+    drills = {n for n in extended if n.startswith(rotation.LEFT_OUT_DRILLS + "[")}
+    assert drills == {f"{rotation.LEFT_OUT_DRILLS}[{s}]" for s in range(rotation.SHARES)}
+    others = extended - drills
+    assert others - set(rotation.EXTENDED) == set(), "extended tests without a share"
+    assert set(rotation.EXTENDED) - others == set(), "shares name tests that do not exist"
+    assert set(rotation.EXTENDED.values()) == set(range(rotation.SHARES))
+
+
+def test_every_drill_left_out_of_ci_has_exactly_one_share() -> None:
+    full = select("full", [], [], 9, 100.0, 2, 2)
+    left_out = {(s.label, s.table_format) for s in full if not _in_ci_subset(s)}
+    assert left_out == set(rotation.DRILLS)
+    assert set(rotation.DRILLS.values()) == set(range(rotation.SHARES))
+
+
+@pytest.mark.parametrize("first", [0, 1, 2, 3, 137])
+def test_four_consecutive_commits_run_every_rotated_test(first: int) -> None:
+    shares = [height % rotation.SHARES for height in range(first, first + 4)]
+    ran = [node for share in shares for node in rotation.node_ids(share)]
+    expected = set(rotation.EXTENDED) | {
+        f"{rotation.LEFT_OUT_DRILLS}[{s}]" for s in range(rotation.SHARES)
+    }
+    assert sorted(ran) == sorted(expected)  # each exactly once
+    drills = [d for share in shares for d in rotation.drills_of(share)]
+    assert sorted(drills) == sorted(rotation.DRILLS)
+
+
+def test_the_share_is_picked_from_the_commit_or_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INGEST_ROTATION_SHARE", raising=False)
+    shares, why = rotation.chosen_share()
+    height = rotation.commit_height()
+    if height is not None:
+        assert shares == [height % rotation.SHARES]
+        assert f"commit #{height}" in why
+    else:  # a shallow clone or a tarball: still exactly one share
+        assert len(shares) == 1
+    monkeypatch.setenv("INGEST_ROTATION_SHARE", "2")
+    assert rotation.chosen_share() == ([2], "INGEST_ROTATION_SHARE=2")
+    monkeypatch.setenv("INGEST_ROTATION_SHARE", "all")
+    assert rotation.chosen_share()[0] == [0, 1, 2, 3]
+    monkeypatch.setenv("INGEST_ROTATION_SHARE", "7")
+    with pytest.raises(SystemExit, match="0..3 or all"):
+        rotation.chosen_share()
+
+
+def test_ci_runs_the_rotation_and_says_which_share() -> None:
+    script = (ROOT / "scripts" / "run-tests.sh").read_text()
+    assert "tests/support/rotation.py --nodes" in script
+    assert "python tests/support/rotation.py\n" in script  # prints the share and why
+    out = subprocess.run(
+        [sys.executable, "tests/support/rotation.py", "--share", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "INGEST_ROTATION_SHARE": ""},
+    ).stdout
+    assert out.startswith("rotation share(s) 1 of 4 (--share 1)")
+    nodes = subprocess.run(
+        [sys.executable, "tests/support/rotation.py", "--nodes", "--share", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert nodes == rotation.node_ids(1)

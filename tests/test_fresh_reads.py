@@ -120,17 +120,19 @@ def _writer(
     return write
 
 
+def _coordinator(sink: IcebergTable, tmp_path: Path) -> Coordinator:
+    journal = InstantTimeline(LocalJournalStore(str(tmp_path / "journal")))
+    coordinator = Coordinator("p1", IcebergCommitter(sink), timeline=journal)
+    coordinator.acquire_epoch()
+    return coordinator
+
+
 def test_idle_fence_check_racing_a_commit_does_not_halt_the_next_batch(
     catalog: Catalog, tmp_path: Path
 ) -> None:
     """The reported false halt, end to end through the coordinator."""
     sink = make_sink(catalog, read_cache_s=2.0)
-    coordinator = Coordinator(
-        "p1",
-        IcebergCommitter(sink),
-        timeline=InstantTimeline(LocalJournalStore(str(tmp_path / "journal"))),
-    )
-    coordinator.acquire_epoch()
+    coordinator = _coordinator(sink, tmp_path)
     ends = [PartitionOffsets({TP: 10 * (b + 1)}) for b in range(3)]
     assert coordinator.run_batch("inc", 0, None, ends[0], _writer(sink, 0, 10)).outcome == (
         Outcome.COMMITTED
@@ -157,12 +159,7 @@ def test_idle_fence_check_racing_a_commit_does_not_halt_the_next_batch(
 def test_a_halt_is_confirmed_on_a_fresh_read(catalog: Catalog, tmp_path: Path) -> None:
     """Even a cached view that does say "gap" only halts when a fresh read agrees."""
     sink = make_sink(catalog, read_cache_s=60.0)
-    coordinator = Coordinator(
-        "p1",
-        IcebergCommitter(sink),
-        timeline=InstantTimeline(LocalJournalStore(str(tmp_path / "journal"))),
-    )
-    coordinator.acquire_epoch()
+    coordinator = _coordinator(sink, tmp_path)
     ends = [PartitionOffsets({TP: 10 * (b + 1)}) for b in range(4)]
     coordinator.run_batch("inc", 0, None, ends[0], _writer(sink, 0, 10))
     coordinator.run_batch("inc", 1, ends[0], ends[1], _writer(sink, 10, 10))

@@ -33,52 +33,53 @@ from pathlib import Path
 SHARES = 4
 ROOT = Path(__file__).resolve().parents[2]
 
-# the node id of each test marked ``extended`` (drills apart) -> its share; balanced by
-# the times measured on this project's 2-core host (the README lists each share's time)
+# the node id of each test marked ``extended`` (drills apart) -> its share, balanced by
+# the times measured on this project's 2-core host (each share ≈ 445 s with its drills;
+# the README lists them)
 EXTENDED: dict[str, int] = {
-    "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 0,
-    "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 1,
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-requested]": 2,
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-write]": 3,
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-precommit]": 0,
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-commit]": 1,
-    "tests/test_graceful_stop.py::test_sigterm_mid_batch_and_idle_hudi": 2,
-    "tests/test_graceful_stop.py::test_stop_cut_short_then_second_signal_then_resume[hudi]": 3,
-    "tests/test_fencing.py::test_second_driver_fences_the_first": 2,
-    "tests/test_recovery_spark.py::test_recommit_does_not_recompute": 3,
-    "tests/test_recovery_spark.py::test_worker_killed_mid_write_is_retried_without_duplicates": 2,
-    "tests/test_hudi_pipeline.py::test_worker_killed_mid_write_leaves_no_duplicate": 3,
-    "tests/test_hudi_s3.py::test_pipeline_into_hudi_on_s3_exactly_once_recovery_and_lost_checkpoint": 0,
-    "tests/test_dual_pipeline.py::test_crash_between_the_two_table_commits[same-checkpoint]": 1,
-    "tests/test_outages.py::test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes": 1,
-    "tests/test_pipeline_iceberg.py::test_unreachable_broker_is_one_clear_line": 0,
-    "tests/test_broker.py::test_leader_killed_and_paused_loses_nothing": 3,
-    "tests/test_cli.py::test_spark_submit_of_main_py_from_a_checkout": 2,
-    "tests/test_registry_avro.py::test_new_versions_while_running_evolve_the_table_once_and_lose_nothing[hudi]": 0,
-    "tests/test_registry_avro.py::test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written": 1,
-    "tests/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 2,
-    "tests/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 3,
-    "tests/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 1,
-    "tests/test_schema_evolution.py::test_a_refused_change_is_one_line_exit_2_and_touches_nothing[hudi-drop-column 'price': is in the table but not configured]": 0,
-    "tests/test_schema_evolution.py::test_a_driver_killed_around_the_schema_change_loses_nothing[hudi-after-precommit:kill]": 2,
+    "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 2,  # 110 s
+    "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 3,  # 101 s
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-requested]": 2,  # 36 s
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-write]": 3,  # 35 s
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-precommit]": 1,  # 31 s
+    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-commit]": 2,  # 32 s
+    "tests/test_graceful_stop.py::test_sigterm_mid_batch_and_idle_hudi": 2,  # 30 s
+    "tests/test_graceful_stop.py::test_stop_cut_short_then_second_signal_then_resume[hudi]": 0,  # 42 s
+    "tests/test_fencing.py::test_second_driver_fences_the_first": 3,  # 25 s
+    "tests/test_recovery_spark.py::test_recommit_does_not_recompute": 0,  # 25 s
+    "tests/test_recovery_spark.py::test_worker_killed_mid_write_is_retried_without_duplicates": 2,  # 16 s
+    "tests/test_hudi_pipeline.py::test_worker_killed_mid_write_leaves_no_duplicate": 3,  # 15 s
+    "tests/test_hudi_s3.py::test_pipeline_into_hudi_on_s3_exactly_once_recovery_and_lost_checkpoint": 0,  # 37 s
+    "tests/test_dual_pipeline.py::test_crash_between_the_two_table_commits[same-checkpoint]": 1,  # 27 s
+    "tests/test_outages.py::test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes": 1,  # 18 s
+    "tests/test_pipeline_iceberg.py::test_unreachable_broker_is_one_clear_line": 1,  # 16 s
+    "tests/test_broker.py::test_leader_killed_and_paused_loses_nothing": 0,  # 53 s
+    "tests/test_cli.py::test_spark_submit_of_main_py_from_a_checkout": 2,  # 16 s
+    "tests/test_registry_avro.py::test_new_versions_while_running_evolve_the_table_once_and_lose_nothing[hudi]": 0,  # 25 s
+    "tests/test_registry_avro.py::test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written": 0,  # 9 s
+    "tests/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 3,  # 22 s
+    "tests/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 1,  # 2 s
+    "tests/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 2,  # 6 s
+    "tests/test_schema_evolution.py::test_a_refused_change_is_one_line_exit_2_and_touches_nothing[hudi-drop-column 'price': is in the table but not configured]": 0,  # 6 s
+    "tests/test_schema_evolution.py::test_a_driver_killed_around_the_schema_change_loses_nothing[hudi-after-precommit:kill]": 3,  # 38 s
 }
 
 # the drills of the full matrix outside CI's subset: (label, table format) -> share
 DRILLS: dict[tuple[str, str], int] = {
-    ("broker-outage", "iceberg"): 0,
-    ("broker-outage", "hudi"): 1,
-    ("retention", "iceberg"): 2,
-    ("retention", "hudi"): 3,
-    ("standby", "hudi"): 2,
-    ("executor-loss", "hudi"): 3,
-    ("zombie", "iceberg"): 0,
-    ("task-failure", "iceberg"): 1,
-    ("checkpoint-deleted", "hudi"): 0,
-    ("schema-change", "iceberg"): 1,
-    ("schema-change", "hudi"): 2,
-    ("avro-schema-change", "iceberg"): 3,
-    ("avro-schema-change", "hudi"): 0,
-    ("kill", "both"): 1,
+    ("broker-outage", "iceberg"): 1,  # 112 s
+    ("broker-outage", "hudi"): 0,  # 77 s
+    ("retention", "iceberg"): 2,  # 51 s
+    ("retention", "hudi"): 3,  # 46 s
+    ("standby", "hudi"): 1,  # 85 s (2 SIGKILLs of the active and a pause)
+    ("executor-loss", "hudi"): 2,  # 62 s
+    ("zombie", "iceberg"): 1,  # 37 s
+    ("task-failure", "iceberg"): 1,  # 52 s
+    ("checkpoint-deleted", "hudi"): 0,  # 34 s
+    ("schema-change", "iceberg"): 3,  # 64 s
+    ("schema-change", "hudi"): 1,  # 59 s
+    ("avro-schema-change", "iceberg"): 3,  # 92 s
+    ("avro-schema-change", "hudi"): 2,  # 85 s
+    ("kill", "both"): 0,  # 134 s (9 SIGKILLs)
 }
 
 LEFT_OUT_DRILLS = "tests/test_drills.py::test_left_out_drills"

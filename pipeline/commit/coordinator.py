@@ -14,7 +14,8 @@ Operators, per batch (exactly-once mode)
   3. overlap  -- offsets below the table's committed offsets are dropped by the workers
                  and counted, or the batch fails under ``on_overlap="fail"``.
      gap      -- a start above the table's committed offsets fails (``GapError``) or,
-                 under ``on_gap="rewind"``, is re-read from them (invariant 8).
+                 under ``on_gap="rewind"``, is re-read from them (invariant 8);
+                 :mod:`pipeline.commit.continuity`.
   4. mint     -- instant time T > every instant; REQUESTED(batch, epoch, planned offsets).
   5. write    -- workers stage files named with T; nothing visible.
   6. precommit-- INFLIGHT(T): the complete staged-file list and the checkpoint to commit,
@@ -32,6 +33,8 @@ Invariants this code keeps (each has a test)
   * Rollback never deletes a file the table references: an instant found in the table is
     marked completed instead.
   * Cumulative committed offsets never move backwards.
+  * A halt, skip, rewind or drop is decided on a fresh read of the tables (``_fresh``,
+    invariant 14): a cached view may only give the all-clear.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from typing import TypeVar
 
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.coverage import RecordCounter, coverage, coverage_error, gap_error, gaps
+from pipeline.commit.continuity import check_gaps, planned_overlap, starts_exactly_at
+from pipeline.commit.coverage import RecordCounter, coverage, coverage_error
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.fence import check_fence
 from pipeline.commit.instant import (
@@ -56,7 +60,7 @@ from pipeline.commit.instant import (
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.recovery import Recovery
-from pipeline.commit.table_ranges import consumed_ranges, overlap
+from pipeline.commit.table_ranges import consumed_ranges
 from pipeline.commit.types import (
     DEAD_LETTER,
     MAIN,
@@ -68,7 +72,7 @@ from pipeline.commit.types import (
     TableCommitter,
     WriteFn,
 )
-from pipeline.errors import CommitError, GapError, OverlapError
+from pipeline.errors import CommitError, OverlapError
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -157,8 +161,7 @@ class Coordinator:
         only the all-clear (the batch starts exactly there): a first batch, a gap or an
         overlap reads the table fresh before anything is decided on it."""
         previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
-        planned = consumed_ranges(start, end, [], previous, clip=False)
-        if start is None or gaps(start, previous) or overlap(planned, previous):
+        if not starts_exactly_at(start, end, previous):
             previous = self._fresh(
                 lambda: self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
             )
@@ -202,8 +205,8 @@ class Coordinator:
             return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=recovered)
         self.check_epoch()
         previous = self._committed_before(start, end)
-        start, write = self._check_gaps(batch_id, start, end, previous, write, reread)
-        lapped = self._planned_overlap(batch_id, start, end, previous)
+        start, write = check_gaps(batch_id, start, end, previous, write, reread, self.on_gap)
+        lapped = planned_overlap(batch_id, start, end, previous, self.on_overlap)
         instant = self._request(batch, start or PartitionOffsets(), end)
         for table in (self.main, self.dead_letter):
             if table is not None:
@@ -238,32 +241,6 @@ class Coordinator:
             )
         return outcome
 
-    def _check_gaps(
-        self,
-        batch_id: int,
-        start: PartitionOffsets | None,
-        end: PartitionOffsets,
-        previous: PartitionOffsets,
-        write: WriteFn,
-        reread: RereadFn | None,
-    ) -> tuple[PartitionOffsets | None, WriteFn]:
-        """The gap check, before anything is staged: a batch starts at the table's
-        committed offsets, or fails, or (``on_gap="rewind"``) is re-read from them."""
-        found = gaps(start, previous)
-        if not found:
-            return start, write
-        if self.on_gap != "rewind":
-            raise gap_error(batch_id, found)
-        if reread is None or start is None:
-            raise GapError(f"batch {batch_id}: onGap=rewind but this batch cannot be re-read")
-        rewound = start.updated({tp: s for tp, (s, _) in found.items()})
-        log.warning(
-            "batch %d: re-reading %s skipped by the checkpoint (onGap=rewind)",
-            batch_id,
-            ", ".join(f"{tp} [{s}, {e})" for tp, (s, e) in sorted(found.items())),
-        )
-        return rewound, reread(rewound, end)
-
     def _repair(self, lost: Inflight, batch_id: int, reread: RereadFn | None) -> None:
         """A rolled-back instant whose dead letters are committed but whose main files
         were lost: re-read its ranges and commit them under its own batch identity, so
@@ -296,26 +273,6 @@ class Coordinator:
             lost.batch.batch_id,
             lost.time,
         )
-
-    def _planned_overlap(
-        self,
-        batch_id: int,
-        start: PartitionOffsets | None,
-        end: PartitionOffsets,
-        previous: PartitionOffsets,
-    ) -> dict[TopicPartition, tuple[int, int]]:
-        """Operator 3, before anything is written: the planned ranges below the table's
-        committed offsets (the workers drop them), or ``OverlapError`` under ``fail``."""
-        planned = consumed_ranges(start, end, [], previous, clip=False)
-        lapped = overlap(planned, previous)
-        if lapped and self.on_overlap == "fail":
-            tp, (s, e) = next(iter(sorted(lapped.items())))
-            raise OverlapError(
-                f"partition {tp}: batch {batch_id} re-reads offsets [{s}, {e}) that the table "
-                f"already committed (checkpoint older than the table?); onOverlap=fail. "
-                f"{len(lapped)} partition(s) overlap"
-            )
-        return lapped
 
     def _precommit(
         self,

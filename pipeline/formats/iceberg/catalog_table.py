@@ -38,11 +38,9 @@ Reads: the read-only checks of one batch (epoch, committed offsets, is_committed
 context) and the commit share one view of the table for up to ``read_cache_s``: the last
 load, or the metadata the catalog returned for our own last append (so back-to-back
 batches load the metadata once per commit, inside the catalog's commit, not three
-times). The view only moves forward (docs/design.md invariant 14): each view is stamped
-with the time its state is known to be current at -- a load's start, an append's return
--- and a load that started before the view's stamp (another thread's, racing our commit)
-or before the view was dropped never replaces it. So the view always holds our own
-commits, and a view older than the table misses only other writers' commits: an append
+times). The view only moves forward (:mod:`~pipeline.formats.iceberg.read_view`): it
+always holds our own commits, and a view older than the table misses only other
+writers' commits: an append
 on it carries "main is still at this head" and the catalog refuses it; a refusal or a
 skip decided on the view (fence, precondition, already committed) is decided again on a
 fresh load before it counts (:meth:`IcebergTable._commit_once`). A failed attempt, a
@@ -96,6 +94,7 @@ from pipeline.formats.iceberg.expiry import (
     expiry_view,
     summary_of,
 )
+from pipeline.formats.iceberg.read_view import ReadView
 from pipeline.formats.iceberg.retry import with_retries
 from pipeline.formats.iceberg.schema import apply_changes, columns_of, planned_changes
 from pipeline.formats.iceberg.writer import WriteContext, deserialize_data_file
@@ -165,12 +164,7 @@ class IcebergTable:
         self.expire_every = max(1, expire_every)
         self.read_cache_s = max(0.0, read_cache_s)
         self._retry_scope = threading.local()  # set while a _with_retries loop runs
-        # (as-of monotonic time, table), shared by the read-only checks; it only moves
-        # forward: a view stamped before ``_view_floor`` (a drop) or before the current
-        # one never replaces it (the idle fence check loads from another thread)
-        self._read_view: tuple[float, Table | None] | None = None
-        self._view_floor = 0.0
-        self._view_lock = threading.Lock()
+        self._read_view: ReadView[Table | None] = ReadView()  # forward only
         self._snapshots_at_commit = 0  # snapshots in the metadata our last commit saw
 
     @property
@@ -193,23 +187,13 @@ class IcebergTable:
 
         started = time.monotonic()  # the answer is at least as new as the table then
         table = self._with_retries("load", once)
-        self._offer_view(started, table)
+        self._read_view.offer(started, table)
         return table
-
-    def _offer_view(self, as_of: float, table: Table | None) -> None:
-        """Make ``table`` (current as of ``as_of``) the read view unless the view already
-        holds a newer state, or was dropped after ``as_of``."""
-        with self._view_lock:
-            view = self._read_view
-            if as_of >= self._view_floor and (view is None or as_of >= view[0]):
-                self._read_view = (as_of, table)
 
     def _cached_view(self) -> tuple[Table | None, bool]:
         """(table, cached): the view if younger than ``read_cache_s``, else a fresh load."""
-        view = self._read_view
-        if view is not None and time.monotonic() - view[0] < self.read_cache_s:
-            return view[1], True
-        return self.load(), False
+        cached, table = self._read_view.get(self.read_cache_s)
+        return (table, True) if cached else (self.load(), False)
 
     def _load_for_read(self) -> Table | None:
         """The table for read-only checks whose all-clear a fresh read confirms before
@@ -218,9 +202,7 @@ class IcebergTable:
 
     def _forget_read_view(self) -> None:
         """The next read loads; no load that started before now may become the view."""
-        with self._view_lock:
-            self._read_view = None
-            self._view_floor = time.monotonic()
+        self._read_view.drop()
 
     def refresh(self) -> None:
         """The next read of the table is a fresh load (a halting check decides on it)."""
@@ -649,7 +631,7 @@ class IcebergTable:
         # the view now holds the catalog's metadata as our commit left it: the next
         # batch's checks (and commit) start from it instead of loading again
         committed = txn.commit_transaction()
-        self._offer_view(time.monotonic(), committed)
+        self._read_view.offer(time.monotonic(), committed)
         return snapshot_id
 
     def _create_with_first_commit(self, files: list[DataFile], summary: dict[str, str]) -> int:

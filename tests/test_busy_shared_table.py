@@ -95,7 +95,7 @@ def test_iceberg_checkpoint_behind_1500_foreign_and_compaction_commits(tmp_path:
     write_and_commit(sink, 0, 0, 10, epoch=7)
     write_and_commit(sink, 1, 10, 5, epoch=7)
     add_foreign_snapshots(sink.catalog, "db.events", FOREIGN)
-    sink._forget_read_view()
+    sink.refresh()
 
     latest = sink.latest_checkpoint("p1")
     assert latest is not None, "the checkpoint behind the foreign commits was not found"

@@ -200,13 +200,11 @@ class IcebergTable:
         anything halts on it (the coordinator's, :meth:`_commit_once`'s)."""
         return self._cached_view()[0]
 
-    def _forget_read_view(self) -> None:
-        """The next read loads; no load that started before now may become the view."""
-        self._read_view.drop()
-
     def refresh(self) -> None:
-        """The next read of the table is a fresh load (a halting check decides on it)."""
-        self._forget_read_view()
+        """The next read of the table is a fresh load, and no load that started before
+        now may become the view: a halting check decides on it, and a write that failed
+        or moved the head leaves no stale view behind."""
+        self._read_view.drop()
 
     def exists(self) -> bool:
         return self._load_for_read() is not None
@@ -297,16 +295,24 @@ class IcebergTable:
             lambda table: planned_changes(table, self.columns, self.name) if table else []
         )
 
-    def _confirmed(self, check: Callable[[Table | None], _T]) -> _T:
-        """``check`` on the read view; a refusal it raises there is confirmed on a fresh
-        load before it counts (docs/design.md invariant 14)."""
+    def _confirmed(
+        self,
+        check: Callable[[Table | None], _T],
+        all_clear: Callable[[_T], bool] = lambda _: True,
+    ) -> _T:
+        """``check`` on the read view; a refusal it raises there, or an answer that is not
+        ``all_clear``, is decided again on a fresh load before it counts (docs/design.md
+        invariant 14)."""
         table, cached = self._cached_view()
         if cached:
             try:
-                return check(table)
+                answer = check(table)
+                if all_clear(answer):
+                    return answer
             except Exception:
-                self._forget_read_view()
-                table = self.load()
+                pass
+            self.refresh()
+            table = self.load()
         return check(table)
 
     def evolve_schema(self) -> list[Change]:
@@ -321,7 +327,7 @@ class IcebergTable:
                 assert table is not None
                 with table.update_schema() as update:
                     apply_changes(update, changes)
-                self._forget_read_view()
+                self.refresh()
             return changes
 
         return self._with_retries("schema update", once)
@@ -472,7 +478,7 @@ class IcebergTable:
         try:
             snapshot_id = self._with_retries(f"fence of {pipeline_id!r} at epoch {epoch}", once)
         finally:
-            self._forget_read_view()
+            self.refresh()
         if snapshot_id is not None:
             log.info("fenced %s for %s at epoch %d", self.name, pipeline_id, epoch)
         return snapshot_id
@@ -538,18 +544,10 @@ class IcebergTable:
         # A refusal or a skip is not checked by the catalog: it is decided again on a
         # fresh load before it counts (docs/design.md invariant 14).
         try:
-            table, cached = self._cached_view()
-            try:
-                done = self._decide(table, files, checkpoint, precondition)
-                confirmed = not cached or done is None
-            except Exception:
-                if not cached:
-                    raise
-                confirmed = False
-            if not confirmed:
-                self._forget_read_view()
-                table = self.load()
-                done = self._decide(table, files, checkpoint, precondition)
+            table, done = self._confirmed(
+                lambda t: (t, self._decide(t, files, checkpoint, precondition)),
+                all_clear=lambda decided: decided[1] is None,
+            )
             if done is not None:
                 log.info(
                     "batch %s (%s) of %s is already in %s (snapshot %d): not appended again",
@@ -566,7 +564,7 @@ class IcebergTable:
             carried = carried_forward(table, checkpoint.pipeline_id)
             return self._append(table, files, {**summary, **carried})
         except BaseException:
-            self._forget_read_view()
+            self.refresh()
             raise
 
     def _decide(
@@ -619,7 +617,7 @@ class IcebergTable:
         except Exception as e:  # housekeeping: retried after more commits
             log.warning("%s: snapshot expiry failed, retried later: %s", self.name, one_line(e))
         finally:
-            self._forget_read_view()
+            self.refresh()
 
     def _append(self, table: Table, files: list[DataFile], summary: dict[str, str]) -> int:
         """One merge-append snapshot on top of ``table``'s head; no pyiceberg retry."""
@@ -649,6 +647,6 @@ class IcebergTable:
                 append.append_data_file(f)
             snapshot_id = append.snapshot_id
         txn.commit_transaction()
-        self._forget_read_view()
+        self.refresh()
         log.info("created table %s at %s with its first commit", self.name, location)
         return snapshot_id

@@ -237,7 +237,7 @@ class IcebergMaintenance:
         try:
             txn.commit_transaction()
         finally:
-            self.iceberg._forget_read_view()  # the head moved (or may have)
+            self.iceberg.refresh()  # the head moved (or may have)
         return snapshot_id
 
     def _delete(self, files: list[DataFile]) -> None:

@@ -95,48 +95,38 @@ def node_ids(share: int) -> list[str]:
     return [*tests, f"{LEFT_OUT_DRILLS}[{share}]"]
 
 
-def commit_height(rev: str = "HEAD") -> int | None:
-    """How many commits lead to ``rev`` (None: not a git checkout, or a shallow one)."""
+def _git(*args: str) -> str | None:
+    """``git <args>``'s output in this checkout (None: no git, or not a checkout)."""
     try:
-        shallow = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        if shallow == "true":
-            return None
         out = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-list", "--count", rev],
-            capture_output=True,
-            text=True,
-            check=True,
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
         )
     except (OSError, subprocess.CalledProcessError):
         return None
-    return int(out.stdout.strip())
+    return out.stdout.strip()
+
+
+def commit_height(rev: str = "HEAD") -> int | None:
+    """How many commits lead to ``rev`` (None: not a git checkout, or a shallow one)."""
+    if _git("rev-parse", "--is-shallow-repository") != "false":
+        return None
+    count = _git("rev-list", "--count", rev)
+    return int(count) if count else None
 
 
 def commit_sha(rev: str = "HEAD") -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", rev],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    return _git("rev-parse", rev)
 
 
 def chosen_share(rev: str = "HEAD") -> tuple[list[int], str]:
     """(shares to run, why): ``INGEST_ROTATION_SHARE`` (a number or ``all``) when set,
-    else the share of ``rev``'s height; every share when the height is unknown."""
+    else the share of ``rev``'s height; in a shallow clone the share of its hash; outside
+    git share 0."""
     forced = os.environ.get("INGEST_ROTATION_SHARE", "").strip()
     if forced == "all":
         return list(range(SHARES)), "INGEST_ROTATION_SHARE=all"
     if forced:
-        share = int(forced)
+        share = int(forced) if forced.isdigit() else -1
         if not 0 <= share < SHARES:
             raise SystemExit(f"rotation: INGEST_ROTATION_SHARE={forced}: 0..{SHARES - 1} or all")
         return [share], f"INGEST_ROTATION_SHARE={share}"

@@ -70,9 +70,10 @@ def test_the_share_is_picked_from_the_commit_or_by_hand(monkeypatch: pytest.Monk
     assert rotation.chosen_share() == ([2], "INGEST_ROTATION_SHARE=2")
     monkeypatch.setenv("INGEST_ROTATION_SHARE", "all")
     assert rotation.chosen_share()[0] == [0, 1, 2, 3]
-    monkeypatch.setenv("INGEST_ROTATION_SHARE", "7")
-    with pytest.raises(SystemExit, match="0..3 or all"):
-        rotation.chosen_share()
+    for bad in ("7", "two"):
+        monkeypatch.setenv("INGEST_ROTATION_SHARE", bad)
+        with pytest.raises(SystemExit, match="0..3 or all"):
+            rotation.chosen_share()
 
 
 def test_ci_runs_the_rotation_and_says_which_share() -> None:

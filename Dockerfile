@@ -9,7 +9,7 @@
 # also starts Spark executors ("executor") and cluster-mode drivers ("driver …") when Spark
 # on Kubernetes launches pods from this image. docs/deploy.md has the details.
 #
-# Before building: `python -m pipeline.tools.jvm fetch kafka` (scripts/bootstrap.sh does it), so
+# Before building: `python -m pipeline.jvm fetch kafka` (scripts/bootstrap.sh does it), so
 # that .jvm/ holds the Kafka jars the image copies.
 #
 # Build arguments:
@@ -46,10 +46,13 @@ WORKDIR /src
 # The dependencies are installed through a stub of the package, which is removed again.
 # Byte code is compiled without timestamps (unchecked-hash): reproducible layers, and the
 # read-only venv never needs to be written at run time.
+# PYSPARK_VERSION: the image's Spark line (empty: the newest pyproject.toml allows; 3.5.7
+# for Spark 3.5 LTS, where the pipeline reads with Spark's Kafka source: docs/deploy.md).
+ARG PYSPARK_VERSION=""
 COPY pyproject.toml README.md ./
 RUN python3 -m venv /opt/ingest/venv \
  && mkdir pipeline && touch pipeline/__init__.py \
- && /opt/ingest/venv/bin/pip install --no-compile . \
+ && /opt/ingest/venv/bin/pip install --no-compile . ${PYSPARK_VERSION:+"pyspark==$PYSPARK_VERSION"} \
  && /opt/ingest/venv/bin/pip uninstall -y kafka-lakehouse-ingest \
  && rm -rf pipeline build ./*.egg-info \
  && site=$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
@@ -103,18 +106,23 @@ RUN mkdir -p /usr/share/man/man1 \
       --shell /usr/sbin/nologin ingest
 
 COPY --from=deps /opt/ingest /opt/ingest
-# The jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the demo),
-# as `python -m pipeline.tools.jvm fetch kafka` left them in .jvm/ (scripts/bootstrap.sh runs it;
+# The jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the demo,
+# Spark's Kafka source per Spark line),
+# as `python -m pipeline.jvm fetch kafka` left them in .jvm/ (scripts/bootstrap.sh runs it;
 # scripts/image-test.sh build too): fetched on the host, whose Maven reaches the registry.
 COPY .jvm/ /opt/ingest/jvm/
 COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
 COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py
 COPY --chmod=0644 conf/log4j2.properties conf/spark-defaults.conf /opt/ingest/conf/
 COPY --from=package /wheels /tmp/wheels
+# Spark's Kafka source of the image's Spark line joins Spark's own jars, so every JVM the
+# image starts has it (driver, spark-submit's driver pod, executors): source.reader spark.
 RUN /opt/ingest/venv/bin/pip install --no-cache-dir --no-compile --no-deps --no-index /tmp/wheels/*.whl \
  && /opt/ingest/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash \
       "$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pipeline" >/dev/null \
- && rm -rf /tmp/wheels
+ && rm -rf /tmp/wheels \
+ && jars="$(INGEST_JVM_DIR=/opt/ingest/jvm /opt/ingest/venv/bin/python -m pipeline.source.spark_kafka jars)" \
+ && for jar in $(echo "$jars" | tr ',' ' '); do ln -s "$jar" /opt/ingest/spark/jars/; done
 
 ENV PATH=/opt/ingest/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     SPARK_HOME=/opt/ingest/spark \

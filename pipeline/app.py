@@ -19,7 +19,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pipeline.commit.coordinator import make_coordinator
 from pipeline.config import PipelineConfig
@@ -50,7 +50,9 @@ def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
     from pipeline.columns import table_columns
     from pipeline.formats.registry import table_format
     from pipeline.preflight import check_paths
+    from pipeline.source.choice import reader_name
 
+    reader_name(cfg.source)  # a reader this Spark cannot run: refused in one line
     if not cfg.decode.registry_format or cfg.decode.schema_:  # else: from the registry, later
         table_columns(cfg.decode.field_specs(), raw=cfg.decode.raw)
     check_paths(cfg, table_format(cfg).writable_paths(cfg))
@@ -71,11 +73,11 @@ class Pipeline:
         self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
         self.format = fmt
         self.tables: PipelineTables = fmt.open_tables(cfg, self.faults)
-        self._session = SparkHandle(cfg, spark)
+        self.source = SourceSettings(cfg, self.tables.main)
+        self._session = SparkHandle(cfg, self.source.reader, spark)
         self.stats = RunStats()
         # metrics exporter, batch log, progress displays (pipeline.observe.base)
         self.observers = Observers()
-        self.source = SourceSettings(cfg, self.tables.main)
         exactly_once = cfg.commit.mode == "exactly-once"
         self.timeline = self.tables.timeline(cfg.id) if exactly_once else None
         self.coordinator = make_coordinator(
@@ -211,6 +213,7 @@ class Pipeline:
             self._evolve_schema()
         return start_stream(
             self.spark,
+            self.source.reader.format,
             self.source.query_options(),
             self.process_batch,
             checkpoint=location,
@@ -301,7 +304,7 @@ class Pipeline:
                     query.awaitTermination(0.5)
                 except Exception as e:  # a batch refused while halting ends the query
                     if not self.stopping.is_halt(e):
-                        raise
+                        self._raise_failure(e)
                     break
                 self.lease.keep()
                 if tick:
@@ -313,7 +316,7 @@ class Pipeline:
                 self.fence.check_idle()
             exc = query.exception()
             if exc is not None and not self.stopping.is_halt(exc):
-                raise exc
+                self._raise_failure(exc)
         finally:
             # a stop cut short leaves its batch running: stopping the query under it would
             # cancel its Spark jobs and fail it noisily; the process's exit ends it instead
@@ -323,6 +326,13 @@ class Pipeline:
                 maintenance.stop()
             self.observers.stop()
         return self.stats
+
+    def _raise_failure(self, error: BaseException) -> NoReturn:
+        """The query's failure, as the reader's one-line error when it names it."""
+        explained = self.source.reader.explain_failure(error)
+        if explained is not None:
+            raise explained from error
+        raise error
 
     def _start_maintenance(self) -> Any:
         """Background compaction, orphan cleanup and file statistics (``maintenance.*``),

@@ -130,20 +130,26 @@ class EnvironmentProblem(PipelineError):
     code = "environment"
 
 
-def find_pipeline_error(exc: BaseException, *, tagged: bool = False) -> str | None:
-    """The first pipeline error message inside ``exc`` (also when Spark wrapped it);
-    ``tagged``: with its ``[ingest:<code>]`` tag."""
+def exception_texts(exc: BaseException) -> list[str]:
+    """The messages of ``exc`` and the exceptions it was raised from, Spark's wrappers
+    included (a pyspark ``StreamingQueryException`` keeps its text in ``desc``)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     texts: list[str] = []
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         texts.append(str(cur))
-        desc = getattr(cur, "desc", None)  # pyspark StreamingQueryException
+        desc = getattr(cur, "desc", None)
         if isinstance(desc, str):
             texts.append(desc)
         cur = cur.__cause__ or cur.__context__
-    for text in texts:
+    return texts
+
+
+def find_pipeline_error(exc: BaseException, *, tagged: bool = False) -> str | None:
+    """The first pipeline error message inside ``exc`` (also when Spark wrapped it);
+    ``tagged``: with its ``[ingest:<code>]`` tag."""
+    for text in exception_texts(exc):
         m = _TAG.search(text)
         if m:
             return m.group(0).strip() if tagged else m.group("msg").strip()

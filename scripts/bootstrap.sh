@@ -45,4 +45,4 @@ fi
 export PATH="$VENV/bin:$PATH"
 # The manifest's Kafka set (once; a changed manifest fetches again): one line on failure.
 # The test-only `jvm-reader` set is fetched by the tests that use it.
-"$VENV/bin/python" -m pipeline.tools.jvm fetch kafka >&2
+"$VENV/bin/python" -m pipeline.jvm fetch kafka >&2

@@ -67,8 +67,14 @@ build() {
     args+=(--volume "$ca:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt)
   fi
   if [ -n "${INGEST_EXTRA_JARS:-}" ]; then args+=(--build-arg "EXTRA_JARS=$INGEST_EXTRA_JARS"); fi
-  # the image copies .jvm/ (the manifest's Kafka jars, fetched once by the host's Maven)
-  (cd "$ROOT" && python3 -m pipeline.tools.jvm fetch kafka >&2) || die "cannot fetch the JVM jars"
+  # the Spark line (INGEST_PYSPARK_VERSION, e.g. 3.5.7; default: the newest)
+  if [ -n "${INGEST_PYSPARK_VERSION:-}" ]; then
+    args+=(--build-arg "PYSPARK_VERSION=$INGEST_PYSPARK_VERSION")
+  fi
+  # the image copies .jvm/ (the manifest's Kafka jars and Spark's Kafka source for each
+  # Spark line, fetched once by the host's Maven)
+  (cd "$ROOT" && python3 -m pipeline.jvm fetch kafka spark-kafka-3.5 spark-kafka-4.2 >&2) \
+    || die "cannot fetch the JVM jars"
   podman build "${args[@]}" -f "$ROOT/Dockerfile" "$ROOT" >&2
   echo "$tag"
 }

@@ -84,7 +84,7 @@ fi
 
 # The readers' jars, from the project's one JVM manifest (fetched once, then reused).
 [ -x "$PROJECT_PY" ] || missing "the project's Python $PROJECT_PY (run scripts/bootstrap.sh)"
-jars="$(cd "$ROOT" && "$PROJECT_PY" -m pipeline.tools.jvm fetch jvm-reader 2>&1)" \
+jars="$(cd "$ROOT" && "$PROJECT_PY" -m pipeline.jvm fetch jvm-reader 2>&1)" \
   || missing "the jvm-reader jars: ${jars##*error: }"
 dir="${jars##*jvm-reader in }"
 iceberg_jar="$(find "$dir" -name 'iceberg-spark-runtime-3.5_2.12-*.jar' -print -quit)"

@@ -66,6 +66,15 @@ if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
   stage "pytest -m drill"
   python -m pytest -m "drill and not extended" --durations=10
 fi
+# The exactly-once core (tests marked `core`) on PySpark 3.5 LTS, in its own virtual
+# environment (scripts/spark-line-env.sh), where the reader is Spark's Kafka source:
+# kills at every fault point and restarts, recommit and rollback, both formats, dead
+# letters, a lost checkpoint, the reader's own error paths. INGEST_SKIP_SPARK35=1 skips it.
+if [ -z "${INGEST_SKIP_SPARK35:-}" ]; then
+  stage "pytest PySpark 3.5 core"
+  py35="$(bash scripts/spark-line-env.sh 3.5.7)"
+  "$py35" -m pytest -m core --durations=10 -p no:cacheprovider
+fi
 # The rotation (tests/support/rotation.py): the tests marked `extended` and the drills of the
 # full matrix outside the subset above, one share of four per run, picked by the commit's
 # height in its history (INGEST_ROTATION_SHARE=0..3 or all picks by hand), so every four
@@ -75,4 +84,9 @@ if [ -z "${INGEST_SKIP_ROTATION:-}" ]; then
   python tests/support/rotation.py
   mapfile -t rotation < <(python tests/support/rotation.py --nodes)
   python -m pytest -m extended --durations=10 "${rotation[@]}"
+  # and the share's core tests once more with Spark's Kafka source on the default Spark
+  mapfile -t core < <(python tests/support/rotation.py --core-nodes)
+  if [ "${#core[@]}" -gt 0 ]; then
+    INGEST_SOURCE_READER=spark python -m pytest -m core --durations=10 "${core[@]}"
+  fi
 fi

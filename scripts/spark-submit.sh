@@ -149,6 +149,17 @@ else
   app="$ROOT/dist/spark/ingest_submit.py"
 fi
 
+# Spark's Kafka source (source.reader spark) for the driver's PySpark line, from the
+# project's Maven manifest (fetched once): the driver JVM starts with it on its class path.
+# The image carries its own (k8s modes).
+if [[ "$MODE" != k8s-* ]]; then
+  jar_py="${PYSPARK_DRIVER_PYTHON:-$ROOT/.venv/bin/python}"
+  if [ "$dry_run" = 1 ] && [ ! -x "$jar_py" ]; then jars="(Spark's Kafka source jars)"
+  else jars="$(cd "$ROOT" && "$jar_py" -m pipeline.source.spark_kafka jars)" \
+    || die "cannot fetch Spark's Kafka source jars (source.reader spark)"; fi
+  cmd+=(--jars "$jars")
+fi
+
 # The pipeline config: a path for the driver to read.
 if [[ "$config" == local://* ]]; then
   config_arg="${config#local://}"

@@ -34,10 +34,16 @@ def kafka_cluster3() -> Iterator[KafkaTestBroker]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    from pipeline.source.spark_kafka import SparkKafkaReader
+    from pipeline.source.spark_line import spark_version
     from pipeline.spark.session import build_spark
 
     os.environ.setdefault("INGEST_SPARK_LOG_LEVEL", "ERROR")
-    session = build_spark("ingest-tests", "local[2]", {"spark.sql.shuffle.partitions": "2"})
+    # Spark's Kafka source on the class path: the session serves either source.reader
+    jars = SparkKafkaReader(spark_version()).jars()
+    session = build_spark(
+        "ingest-tests", "local[2]", {"spark.sql.shuffle.partitions": "2"}, jars=jars
+    )
     yield session
     session.stop()
 

@@ -376,6 +376,7 @@ def test_hudi_repair_leaves_no_pending_instant_on_either_table(
     assert done.rig.pending_format_instants(done.rig.open()) == {}
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("fmt", ["iceberg", "hudi"])
 def test_dead_letters_once_when_the_repair_fails_before_its_precommit(
     tmp_path: Path, fmt: str

@@ -70,6 +70,7 @@ def referenced(base: Path) -> set[str]:
     return out
 
 
+@pytest.mark.core
 def test_exactly_once_with_dead_letters_replay_and_lost_checkpoint(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -163,6 +164,7 @@ def _check_clean(tmp: Path, config: Path) -> None:
 # `pytest -m extended`: CI's drill stage SIGKILLs a Hudi driver at every named fault point
 # (with compaction, orphan cleanup and ingest verify); this is the same chain without them
 @pytest.mark.extended
+@pytest.mark.core
 def test_driver_killed_at_every_fault_point(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     topic = kafka_broker.new_topic("hudi-crash", 3)
     config = _config_file(tmp_path, kafka_broker.bootstrap_servers, topic)

@@ -20,6 +20,7 @@ from pipeline.app import Pipeline
 from pipeline.tools.generator import GeneratorSpec, produce
 
 
+@pytest.mark.core
 def test_exactly_once_with_dead_letters_restart_and_replay(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

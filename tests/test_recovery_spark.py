@@ -66,6 +66,7 @@ def _referenced(*tables: Any) -> set[str]:
 # suite commits through PostgreSQL (test_pipeline_iceberg.py::test_postgresql_catalog).
 @pytest.mark.slow
 @pytest.mark.extended
+@pytest.mark.core
 @pytest.mark.parametrize("catalog_kind", ["postgresql"])
 def test_driver_killed_at_every_fault_point(
     kafka_broker: KafkaTestBroker, tmp_path: Path, catalog_kind: str
@@ -106,6 +107,7 @@ def _load(config: Path) -> Any:
 
 
 @pytest.mark.extended  # CI's budget: the drill stage's kill drills recommit (counted)
+@pytest.mark.core
 def test_recommit_does_not_recompute(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
     topic = kafka_broker.new_topic("recommit", 2)
     config = _config_file(

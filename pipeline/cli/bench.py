@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from pipeline.cli.common import app, out, require_broker, setup_logging
+from pipeline.cli.common import UsageError, app, out, require_broker, setup_logging
 
 
 @app.command()
@@ -49,12 +49,21 @@ def bench(
     profile: Annotated[
         bool, typer.Option(help="also profile the worker hot path (pyinstrument) into --out")
     ] = False,
+    reader: Annotated[
+        str,
+        typer.Option(
+            help="source.reader of the measured pipelines: auto, python or spark (Spark's "
+            "Kafka source); recorded in the report"
+        ),
+    ] = "auto",
 ) -> None:
     """Benchmark: raw ceiling, throughput, exactly-once overhead, commit latency and growth,
     recovery, memory, freshness, CPU per record (docs/bench.md)."""
     from pipeline.tools.bench.runner import BenchOptions, run_bench, selected
 
     selected(only or ())  # an unknown --only section: refused before anything starts
+    if reader not in ("auto", "python", "spark"):
+        raise UsageError(f"--reader {reader!r}: allowed: auto, python, spark")
     if bootstrap is not None:
         require_broker(bootstrap)
     setup_logging("bench", screen=logging.WARNING)
@@ -72,5 +81,6 @@ def bench(
         bootstrap=bootstrap,
         work=work.resolve() if work else None,
         profile=profile,
+        reader=reader,
     )
     run_bench(opts, out)

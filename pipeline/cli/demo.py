@@ -37,6 +37,13 @@ def demo(
             "Schema Registry the demo starts (Apicurio, its own JVM)",
         ),
     ] = "json",
+    reader: Annotated[
+        str,
+        typer.Option(
+            help="source.reader: auto, python (the pipeline's own Kafka source, PySpark >= 4.2) "
+            "or spark (Spark's own Kafka source)"
+        ),
+    ] = "auto",
 ) -> None:
     """Apache Kafka (one KRaft node, its own JVM; its log under LAKE/kafka) + event generator
     + pipelines into LAKE (Iceberg, then Hudi), then verify exactly-once."""
@@ -44,8 +51,18 @@ def demo(
 
     if value_format not in ("json", "avro"):
         raise UsageError(f"--format must be json or avro (got {value_format!r})")
+    if reader not in ("auto", "python", "spark"):
+        raise UsageError(f"--reader must be auto, python or spark (got {reader!r})")
     setup_logging("demo", screen=logging.WARNING)
     ok = run_demo(
-        lake, events, partitions, rate, malformed, timeout, out, value_format=value_format
+        lake,
+        events,
+        partitions,
+        rate,
+        malformed,
+        timeout,
+        out,
+        value_format=value_format,
+        reader=reader,
     )
     raise typer.Exit(0 if ok else 1)

@@ -62,6 +62,13 @@ def drill(
         ),
     ] = "local",
     rate: Annotated[float, typer.Option(help="records/s the producer writes", min=0.001)] = 100.0,
+    reader: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="source.reader of the drilled pipeline: python | spark (repeatable: each "
+            "drill once per reader); default: auto"
+        ),
+    ] = None,
     out_dir: Annotated[
         Path, typer.Option("--out", help="report.json, timeline.png, work dirs")
     ] = Path("./drills"),
@@ -104,6 +111,10 @@ def drill(
         raise UsageError(f"--matrix {matrix!r}: allowed: fast, full")
     if storage not in ("local", "s3"):
         raise UsageError(f"--storage {storage!r}: allowed: local, s3")
+    readers = list(dict.fromkeys(reader or ["auto"]))
+    bad = [r for r in readers if r not in ("auto", "python", "spark")]
+    if bad:
+        raise UsageError(f"--reader {bad[0]!r}: allowed: python, spark")
     long_run = None
     if soak is not None:
         long_run = _long_run("--soak", soak, format_ or [])
@@ -128,6 +139,7 @@ def drill(
         )
         if fast and kills is not None:
             specs = [dataclasses.replace(s, kills=kills) for s in specs]
+        specs = [dataclasses.replace(s, reader=r) for s in specs for r in readers]
     if bootstrap is not None:
         require_broker(bootstrap)
     setup_logging("drill", screen=logging.WARNING)

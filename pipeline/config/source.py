@@ -11,6 +11,11 @@ from pipeline.config.base import _Model, masked_settings, normalize_duration
 
 class SourceConfig(_Model):
     bootstrap_servers: str = Field(min_length=1)
+    # which Kafka source plans and reads: ``python`` (our streaming data source, PySpark
+    # >= 4.2) or ``spark`` (Spark's own Kafka source, every supported Spark line);
+    # ``auto``: $INGEST_SOURCE_READER, else python where it runs, else spark
+    # (pipeline/source/choice.py)
+    reader: Literal["auto", "python", "spark"] = "auto"
     topics: list[str] | None = None
     assign: dict[str, list[int]] | None = None
     topic_pattern: str | None = None

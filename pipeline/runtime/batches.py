@@ -131,9 +131,9 @@ class BatchRunner:
 
         def reread(start: PartitionOffsets, end: PartitionOffsets) -> WriteFn:
             writer = self._writer(df, start, end)
-            if writer.decode.engine != "arrow":
-                arrow = writer.decode.model_copy(update={"engine": "arrow"})
-                writer = dataclasses.replace(writer, decode=arrow)
+            arrow = writer.decode.model_copy(update={"engine": "arrow"})
+            # the batch's rows are not these ranges: the tasks read them
+            writer = dataclasses.replace(writer, decode=arrow, rows_are_records=False)
             return cast(WriteFn, writer.write)
 
         return reread
@@ -162,6 +162,7 @@ class BatchRunner:
             consumer_conf=self.source.consumer_conf(),
             data_ddl=self.tables.data_ddl,
             faults=armed or None,
+            rows_are_records=self.source.reader.rows_are_records,
         )
 
     def _report(self, batch_id: int, outcome: BatchOutcome) -> None:

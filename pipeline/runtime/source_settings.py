@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import StagedBatch, TableCommitter
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pipeline.source.choice import SourceReader
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +23,16 @@ class SourceSettings:
         self.cfg = cfg
         self.main = main
         self.starting_offsets: str | None = None  # the running query's startingOffsets
+        self._reader: SourceReader | None = None
+
+    @property
+    def reader(self) -> SourceReader:
+        """The configured reader (``source.reader``; pipeline/source/choice.py)."""
+        if self._reader is None:
+            from pipeline.source.choice import source_reader
+
+            self._reader = source_reader(self.cfg.source)
+        return self._reader
 
     def consumer_conf(self) -> dict[str, Any]:
         from pipeline.kafka.client import consumer_config
@@ -74,8 +87,9 @@ class SourceSettings:
         return opts
 
     def query_options(self) -> dict[str, str]:
-        """The options of the pipeline's query; remembers its explicit starting offsets."""
-        opts = self.options()
+        """The options of the pipeline's query (in its reader's terms); remembers its
+        explicit starting offsets."""
+        opts = self.reader.query_options(self.options(), self.partition_bounds)
         # timestamps win over startingOffsets
         self.starting_offsets = None if "startingTimestamp" in opts else opts["startingOffsets"]
         return opts
@@ -84,7 +98,20 @@ class SourceSettings:
         """A warm standby's rehearsal query: the same source, reading nothing old."""
         opts = {**self.options(), "startingOffsets": "latest"}
         opts.pop("startingTimestamp", None)
-        return opts
+        return self.reader.query_options(opts, self.partition_bounds)
+
+    def partition_bounds(self) -> dict[TopicPartition, tuple[int, int]]:
+        """The source's partitions now, each with its (log start, end)."""
+        from pipeline.kafka.client import KafkaMetadata
+
+        s = self.cfg.source
+        md = KafkaMetadata(self.consumer_conf(), timeout_s=15)
+        if s.assign:
+            tps = [TopicPartition(t, p) for t, parts in s.assign.items() for p in parts]
+        else:
+            topics = s.topics or md.topics_matching(s.topic_pattern or "")
+            tps = list(md.partitions_of(topics)) if topics else []
+        return {tp: (o.low, o.high) for tp, o in md.offsets(tps).items()}
 
     def resolve_starting_offsets(self) -> str:
         """``table`` → the table's committed end offsets (docs/design.md invariant 6); only
@@ -110,17 +137,10 @@ class SourceSettings:
         s = self.cfg.source
         if not self.cfg.decode.registry_format or s.topic_pattern:
             return choice
-        from pipeline.kafka.client import KafkaMetadata
-
-        md = KafkaMetadata(self.consumer_conf(), timeout_s=15)
-        if s.assign:
-            tps = [TopicPartition(t, p) for t, parts in s.assign.items() for p in parts]
-        else:
-            counts = md.topic_partitions(s.topics or [])
-            tps = [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
-        found = md.offsets(tps)
-        start = {tp: (o.low if choice == "earliest" else o.high) for tp, o in found.items()}
-        return PartitionOffsets(start).to_json()
+        pick = 0 if choice == "earliest" else 1
+        return PartitionOffsets(
+            {tp: ends[pick] for tp, ends in self.partition_bounds().items()}
+        ).to_json()
 
     def explicit_start(self, end: PartitionOffsets) -> PartitionOffsets | None:
         """Start of a checkpoint's first batch when the source's initial offsets are

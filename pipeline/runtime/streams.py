@@ -7,30 +7,33 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.config import PipelineConfig
+from pipeline.source.choice import SourceReader
 
 
 class SparkHandle:
-    """The session given to the pipeline, else one built from ``cfg.spark`` on first use."""
+    """The session given to the pipeline, else one built from ``cfg.spark`` on first use
+    (with the source reader's jars); the reader's format is registered on it either way."""
 
-    def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
+    def __init__(self, cfg: PipelineConfig, reader: SourceReader, spark: Any | None = None) -> None:
         self.cfg = cfg
+        self.reader = reader
         self._spark = spark
         if spark is not None:
-            from pipeline.spark.session import register_source
-
-            register_source(spark)
+            reader.register(spark)
 
     def get(self) -> Any:
         if self._spark is None:
             from pipeline.spark.session import build_spark
 
             s = self.cfg.spark
-            self._spark = build_spark(s.app_name, s.master, s.conf)
+            self._spark = build_spark(s.app_name, s.master, s.conf, jars=self.reader.jars())
+            self.reader.register(self._spark)
         return self._spark
 
 
 def start_stream(
     spark: Any,
+    source_format: str,
     options: dict[str, str],
     foreach_batch: Callable[[Any, int], Any],
     *,
@@ -38,13 +41,11 @@ def start_stream(
     name: str,
     trigger: dict[str, Any],
 ) -> Any:
-    """A started query: raw Kafka rows of the ``ingest_kafka`` source into
-    ``foreach_batch``. The batch writer decodes (spark/batch.py), so Spark has no decode
-    plan to re-analyse every batch when the arrow engine never runs it."""
-    from pipeline.source.datasource import SOURCE_NAME
-
+    """A started query: raw Kafka rows of the reader's source into ``foreach_batch``. The
+    batch writer decodes (spark/batch.py), so Spark has no decode plan to re-analyse every
+    batch when the arrow engine never runs it."""
     return (
-        spark.readStream.format(SOURCE_NAME)
+        spark.readStream.format(source_format)
         .options(**options)
         .load()
         .writeStream.foreachBatch(foreach_batch)

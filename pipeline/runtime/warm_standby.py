@@ -93,6 +93,7 @@ class LeaseHolder:
         try:
             query = start_stream(
                 self._spark(),
+                self.source.reader.format,
                 self.source.rehearsal_options(),
                 lambda df, _: df.count(),
                 checkpoint=f"file://{checkpoint}",  # never fs.defaultFS

@@ -59,10 +59,8 @@ from pipeline.commit.offsets import (
     topic_ids_in,
 )
 from pipeline.errors import ConfigError
-from pipeline.source.options import SourceOptions
+from pipeline.source.options import SOURCE_NAME, SourceOptions
 from pipeline.source.reader import SPARK_DDL, SPARK_DDL_HEADERS, read_ranges
-
-SOURCE_NAME = "ingest_kafka"
 
 
 class RangePartition(InputPartition):

@@ -15,6 +15,7 @@ from pipeline.commit.offsets import TopicPartition
 from pipeline.config import spark_duration_seconds
 from pipeline.errors import ConfigError
 
+SOURCE_NAME = "ingest_kafka"  # the format name the Python reader registers
 KNOWN = {
     "assign",
     "topics",

@@ -2,6 +2,8 @@
 
     BatchWriter.write(write_id, drop_below)
         ├─ decode.engine spark (or no explicit start): decode(df).mapInArrow(run_task)
+        ├─ decode.engine arrow, the reader's rows (Spark's Kafka source):
+        │                    df.mapInArrow(arrow decode → run_task)
         └─ decode.engine arrow: parallelize(range(n)).mapPartitions(read_ranges → decode → run_task)
                                                    → collect_staged → StagedBatch
 
@@ -26,6 +28,7 @@ from pipeline.spark.writer import (
     ReadPlan,
     TaskPlan,
     collect_staged,
+    make_decode_task_function,
     make_read_task_function,
     make_task_function,
 )
@@ -47,9 +50,18 @@ class BatchWriter:
     consumer_conf: dict[str, Any]
     data_ddl: str  # the table's data columns, for the Spark engine's decode
     faults: str | None = None  # armed "mid-write" fault points, for the tasks
+    # the DataFrame's rows are the batch's records for the arrow engine too (Spark's Kafka
+    # source); else that engine's tasks read the batch's ranges themselves
+    rows_are_records: bool = False
 
     def write(self, write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
         plan = self.plan(write_id, drop_below, self.faults)
+        if self.decode.engine == "arrow" and self.rows_are_records:
+            from pipeline.decode.arrow import ArrowDecoder
+
+            decoder = ArrowDecoder(self.decode, self.source.include_headers)
+            fn = make_decode_task_function(plan, decoder)
+            return collect_staged(r.asDict() for r in self.df.mapInArrow(fn, RESULT_DDL).collect())
         if self.decode.engine == "arrow" and self.start is not None:
             # the DataFrame is never touched: tasks read the batch's ranges themselves
             return self._write_arrow(plan, self.start)

@@ -1,4 +1,4 @@
-"""SparkSession construction and runtime checks (Java present, Python data source support)."""
+"""SparkSession construction and runtime checks (Java present)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import EnvironmentProblem
@@ -49,9 +49,15 @@ def check_java() -> str:
 
 
 def build_spark(
-    app_name: str, master: str | None, conf: Mapping[str, str] | None = None
+    app_name: str,
+    master: str | None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    jars: Sequence[str] = (),
 ) -> SparkSession:
-    """pyspark is imported here, not at module level, so `ingest --help` stays fast."""
+    """pyspark is imported here, not at module level, so `ingest --help` stays fast.
+    ``jars``: added to ``spark.jars`` (the source reader's); under spark-submit they must
+    be on its command line (``--jars``: scripts/spark-submit.sh), the JVM being up."""
     check_java()
     # Executors' Python must be the driver's (same venv, same packages).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -88,6 +94,9 @@ def build_spark(
     given = _submitted_conf()
     options.update({k: v for k, v in defaults.items() if k not in given})
     options.update(conf or {})
+    if jars:
+        given_jars = [j for j in options.get("spark.jars", "").split(",") if j]
+        options["spark.jars"] = ",".join([*given_jars, *(j for j in jars if j not in given_jars)])
     sigint = signal.getsignal(signal.SIGINT)
     _launch_jvm(options)
     builder = SparkSession.builder
@@ -98,7 +107,6 @@ def build_spark(
         # SparkContext replaced it with one raising KeyboardInterrupt into any py4j call
         signal.signal(signal.SIGINT, sigint)
     spark.sparkContext.setLogLevel(os.environ.get("INGEST_SPARK_LOG_LEVEL", "WARN"))
-    register_source(spark)
     return spark
 
 
@@ -150,20 +158,6 @@ def _launch_jvm(options: Mapping[str, str]) -> None:
             stack.callback(signal.signal, signal.SIGTERM, ours)
         gateway = launch_gateway(conf, popen_kwargs=popen)
     SparkContext(conf=conf, gateway=gateway)  # the builder's getOrCreate picks it up
-
-
-_registered: set[int] = set()
-
-
-def register_source(spark: SparkSession) -> None:
-    """Register the ``ingest_kafka`` source once per session."""
-    key = id(spark)
-    if key in _registered:
-        return
-    from pipeline.source.datasource import KafkaDataSource
-
-    spark.dataSource.register(KafkaDataSource)
-    _registered.add(key)
 
 
 def _warm_task(_: object) -> list[int]:

@@ -240,6 +240,26 @@ def make_task_function(
     return task
 
 
+def make_decode_task_function(
+    plan: TaskPlan, decoder: Any
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Task over a reader's raw rows (Spark's Kafka source): the arrow engine's decode
+    (``decoder``: an ``ArrowDecoder``), then staged files. Spark hands timestamps in the
+    session's time zone: cast to the reader's own schema, which the decoder expects."""
+    from pipeline.source.reader import record_schema
+
+    schema = record_schema(decoder.include_headers)
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        seed, armed = _attempt(plan)
+        decoded = (decoder.decode(b.cast(schema)) for b in batches if b.num_rows)
+        rows = run_task(plan, decoded, seed, armed)
+        settle()
+        yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
+
+    return task
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """What a ``decode.engine: arrow`` task reads: its group of offset ranges, and how."""

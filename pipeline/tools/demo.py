@@ -39,10 +39,12 @@ def _decode(registry_url: str | None) -> dict[str, Any]:
     return {"format": "json", "schema": event_schema_fields()}
 
 
-def demo_config(lake: Path, bootstrap: str, topic: str, registry_url: str | None = None) -> dict:
+def demo_config(
+    lake: Path, bootstrap: str, topic: str, registry_url: str | None = None, reader: str = "auto"
+) -> dict:
     return {
         "id": "demo-events",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "source": {"bootstrapServers": bootstrap, "topics": [topic], "reader": reader},
         "decode": _decode(registry_url),
         "sink": {
             "catalog": {"warehouse": str(lake / "warehouse")},
@@ -56,11 +58,11 @@ def demo_config(lake: Path, bootstrap: str, topic: str, registry_url: str | None
 
 
 def hudi_demo_config(
-    lake: Path, bootstrap: str, topic: str, registry_url: str | None = None
+    lake: Path, bootstrap: str, topic: str, registry_url: str | None = None, reader: str = "auto"
 ) -> dict:
     return {
         "id": "demo-events-hudi",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "source": {"bootstrapServers": bootstrap, "topics": [topic], "reader": reader},
         "decode": _decode(registry_url),
         "sink": {
             "format": "hudi",
@@ -171,6 +173,7 @@ def run_demo(
     console: Console,
     brokers: int = DEMO_BROKERS,
     value_format: str = "json",
+    reader: str = "auto",
 ) -> bool:
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
@@ -197,9 +200,9 @@ def run_demo(
         url, encode = (
             _avro_events(stack, lake, topic, console) if value_format == "avro" else (None, None)
         )
-        cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic, url))
-        console.print("starting Spark (local[2]) …")
+        cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic, url, reader))
         pipeline = Pipeline(cfg)
+        console.print(f"starting Spark (local[2]), source.reader {pipeline.source.reader.name} …")
         _ = pipeline.spark
 
         produced = {"n": 0}
@@ -285,7 +288,8 @@ def run_demo(
 
         # The same topic into a Hudi copy-on-write table: a second pipeline, same protocol.
         console.print("\n[bold]Hudi[/]: a second pipeline copies the topic into a Hudi table")
-        hudi_cfg = parse_config(hudi_demo_config(lake, broker.bootstrap_servers, topic, url))
+        hudi_doc = hudi_demo_config(lake, broker.bootstrap_servers, topic, url, reader)
+        hudi_cfg = parse_config(hudi_doc)
         hudi_pipeline = Pipeline(hudi_cfg, pipeline.spark)
         hudi_pipeline.add_observer(
             OutcomeCallback(

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline import jvm
 from pipeline.errors import EnvironmentProblem
-from pipeline.tools import jvm
 from pipeline.tools.broker.node import find_java, free_port
 
 __all__ = ["RegistryStartError", "SchemaRegistryServer", "distribution", "start_registry"]

@@ -84,6 +84,20 @@ DRILLS: dict[tuple[str, str], int] = {
 
 LEFT_OUT_DRILLS = "tests/test_drills.py::test_left_out_drills"
 
+# the exactly-once core (tests marked ``core``) once more on the default Spark with
+# ``INGEST_SOURCE_READER=spark`` (Spark's Kafka source): node id -> share. CI runs the
+# core every time on PySpark 3.5 with that reader, and tests/test_spark_reader.py (which
+# sets the reader itself) every time on the default Spark.
+CORE_ON_SPARK_READER: dict[str, int] = {
+    "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 3,
+    "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 1,
+    "tests/test_recovery_spark.py::test_recommit_does_not_recompute": 0,
+    "tests/test_pipeline_iceberg.py::test_exactly_once_with_dead_letters_restart_and_replay": 2,
+    "tests/test_hudi_pipeline.py::test_exactly_once_with_dead_letters_replay_and_lost_checkpoint": 0,
+    "tests/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[iceberg]": 2,
+    "tests/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[hudi]": 0,
+}
+
 
 def drills_of(share: int) -> list[tuple[str, str]]:
     return sorted(key for key, s in DRILLS.items() if s == share)
@@ -93,6 +107,11 @@ def node_ids(share: int) -> list[str]:
     """The pytest node ids of one share: its extended tests and its left-out drills."""
     tests = sorted(node for node, s in EXTENDED.items() if s == share)
     return [*tests, f"{LEFT_OUT_DRILLS}[{share}]"]
+
+
+def core_node_ids(share: int) -> list[str]:
+    """The core tests a share runs again with Spark's Kafka source on the default Spark."""
+    return sorted(node for node, s in CORE_ON_SPARK_READER.items() if s == share)
 
 
 def _git(*args: str) -> str | None:
@@ -148,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share", help=f"0..{SHARES - 1} or all (default: the commit's)")
     parser.add_argument("--commit", default="HEAD", help="the commit whose share to pick")
     parser.add_argument("--nodes", action="store_true", help="print only the node ids")
+    parser.add_argument(
+        "--core-nodes",
+        action="store_true",
+        help="print only the core tests to run again with INGEST_SOURCE_READER=spark",
+    )
     ns = parser.parse_args(argv)
     if ns.share is not None:
         shares = list(range(SHARES)) if ns.share == "all" else [int(ns.share)]
@@ -155,13 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shares, why = chosen_share(ns.commit)
     nodes = [n for s in shares for n in node_ids(s)]
-    if ns.nodes:
-        print("\n".join(nodes))
+    if ns.nodes or ns.core_nodes:
+        chosen = [n for s in shares for n in core_node_ids(s)] if ns.core_nodes else nodes
+        print("\n".join(chosen))
         return 0
     print(f"rotation share(s) {', '.join(map(str, shares))} of {SHARES} ({why}):")
     for share in shares:
         drills = ", ".join(f"{label} on {fmt}" for label, fmt in drills_of(share))
-        print(f"  share {share}: {len(node_ids(share)) - 1} extended tests; drills: {drills}")
+        print(
+            f"  share {share}: {len(node_ids(share)) - 1} extended tests; drills: {drills}; "
+            f"{len(core_node_ids(share))} core tests on Spark's Kafka source"
+        )
     return 0
 
 

@@ -45,6 +45,23 @@ def test_every_drill_left_out_of_ci_has_exactly_one_share() -> None:
     assert set(rotation.DRILLS.values()) == set(range(rotation.SHARES))
 
 
+def test_every_core_test_runs_on_the_spark_reader() -> None:
+    """Each test marked ``core`` runs with Spark's Kafka source on the default Spark: in a
+    share of the rotation, or every time when it sets ``source.reader: spark`` itself."""
+    core = _collected("core")
+    own = {n for n in core if n.startswith("tests/test_spark_reader.py::")}
+    assert own, "tests/test_spark_reader.py is the reader's own core"
+    assert core - own == set(rotation.CORE_ON_SPARK_READER), "core tests without a share"
+    assert set(rotation.CORE_ON_SPARK_READER.values()) == set(range(rotation.SHARES))
+
+
+def test_ci_runs_the_core_on_pyspark_3_5_and_on_the_spark_reader() -> None:
+    script = (ROOT / "scripts" / "run-tests.sh").read_text()
+    assert "scripts/spark-line-env.sh 3.5.7" in script
+    assert '-m pytest -m core' in script
+    assert "INGEST_SOURCE_READER=spark" in script and "rotation.py --core-nodes" in script
+
+
 @pytest.mark.parametrize("first", [0, 1, 2, 3, 137])
 def test_four_consecutive_commits_run_every_rotated_test(first: int) -> None:
     shares = [height % rotation.SHARES for height in range(first, first + 4)]

@@ -69,6 +69,7 @@ class BenchOptions:
     bootstrap: str | None = None
     work: Path | None = None  # scratch space (default: a temporary directory)
     profile: bool = False
+    reader: str = "auto"  # the measured pipelines' source.reader (INGEST_SOURCE_READER)
 
 
 def selected(only: Iterable[str]) -> set[str]:
@@ -125,7 +126,16 @@ def host_facts() -> dict[str, Any]:
         }
         | {"librdkafka": confluent_kafka.libversion()[0]},
         "load_average_at_start": list(os.getloadavg()),
+        "source_reader": _reader(),
     }
+
+
+def _reader() -> str:
+    """The measured pipelines' ``source.reader`` (their configs leave it ``auto``)."""
+    from pipeline.config import SourceConfig
+    from pipeline.source.choice import reader_name
+
+    return reader_name(SourceConfig(bootstrap_servers="-", topics=["-"]))
 
 
 def reproduce_command(opts: BenchOptions) -> str:
@@ -141,6 +151,8 @@ def reproduce_command(opts: BenchOptions) -> str:
         args += ["--bootstrap", opts.bootstrap]
     if opts.profile:
         args.append("--profile")
+    if opts.reader != "auto":
+        args += ["--reader", opts.reader]
     return shlex.join(args)
 
 
@@ -157,6 +169,8 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             raise PipelineError("--records must be at least 3")
         preset = preset.with_records(opts.records)
     groups = selected(opts.only)
+    if opts.reader != "auto":  # every pipeline process of the bench inherits it
+        os.environ["INGEST_SOURCE_READER"] = opts.reader
     t_start = time.time()
     work = opts.work or Path(tempfile.mkdtemp(prefix="ingest-bench-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 Every node is a combined broker and controller (``process.roles=broker,controller``) with a
 static controller quorum of all nodes, started from the ``kafka`` JVM set of the project's
-manifest (``pipeline/tools/jvm.py``). ``num_brokers`` nodes give replication factor
+manifest (``pipeline/jvm.py``). ``num_brokers`` nodes give replication factor
 ``min(N, 3)`` and ``min.insync.replicas`` 2 from three nodes on; transactions work on any
 size (their state log is sized to the cluster).
 

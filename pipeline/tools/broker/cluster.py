@@ -18,7 +18,7 @@ from types import TracebackType
 
 from confluent_kafka.admin import AdminClient
 
-from pipeline.tools import jvm
+from pipeline import jvm
 from pipeline.tools.broker import admin as admin_api
 from pipeline.tools.broker.node import (
     LOG4J2,

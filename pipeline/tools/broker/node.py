@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline import jvm
 from pipeline.errors import EnvironmentProblem
-from pipeline.tools import jvm
 
 LOG4J2 = """\
 rootLogger.level = WARN

@@ -45,15 +45,20 @@ class DrillSpec:
     # where the tables (and the journal) live: local files, or a SeaweedFS S3 server
     # started for the drill (pipeline/tools/objectstore.py); the checkpoint stays local
     storage: Storage = "local"
+    # the pipeline's source.reader (auto: $INGEST_SOURCE_READER, else the Spark's default)
+    reader: str = "auto"
 
     @property
     def label(self) -> str:
         """The scenario's name in reports (``kill@cluster``: the kill drill on a cluster;
-        ``zombie@s3``: with the tables on S3)."""
+        ``zombie@s3``: with the tables on S3; ``kill@spark-reader``: read through Spark's
+        Kafka source, ``kill@python-reader`` through ours, when chosen explicitly)."""
         name = self.scenario
         if self.cluster and self.scenario not in CLUSTER_ONLY:
             name += "@cluster"
-        return name + "@s3" if self.storage == "s3" else name
+        if self.storage == "s3":
+            name += "@s3"
+        return name if self.reader == "auto" else f"{name}@{self.reader}-reader"
 
 
 CLUSTER_ONLY = frozenset({"executor-loss"})  # scenarios that need the standalone cluster

@@ -51,7 +51,7 @@ def drill_config(
         sink["partitionBy"] = ["day(ts)"]
     config: dict[str, Any] = {
         "id": f"drill-{spec.scenario}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic]},
+        "source": {"bootstrapServers": bootstrap, "topics": [topic], "reader": spec.reader},
         "decode": (
             {"format": "json", "schema": event_schema_fields()}
             if registry_url is None

@@ -9,8 +9,8 @@ appears complete or not at all (fetched into a temporary sibling, then renamed).
 The JVM home is ``$INGEST_JVM_DIR``, else ``.jvm/`` of the source checkout the package runs
 from, else ``~/.cache/kafka-lakehouse-ingest/jvm``.
 
-``python -m pipeline.tools.jvm fetch [SET ...]`` fetches (``scripts/bootstrap.sh``);
-``python -m pipeline.tools.jvm classpath SET`` prints the set's class path.
+``python -m pipeline.jvm fetch [SET ...]`` fetches (``scripts/bootstrap.sh``);
+``python -m pipeline.jvm classpath SET`` prints the set's class path.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def jvm_home() -> Path:
     configured = os.environ.get("INGEST_JVM_DIR", "").strip()
     if configured:
         return Path(configured).expanduser()
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[1]
     if (checkout / "pyproject.toml").is_file() and os.access(checkout, os.W_OK):
         return checkout / ".jvm"
     return Path.home() / ".cache" / "kafka-lakehouse-ingest" / "jvm"
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("fetch", "classpath"):
         print(
-            "usage: python -m pipeline.tools.jvm fetch [SET ...] | classpath SET", file=sys.stderr
+            "usage: python -m pipeline.jvm fetch [SET ...] | classpath SET", file=sys.stderr
         )
         return 2
     command, names = args[0], args[1:] or sorted(manifest_sets())

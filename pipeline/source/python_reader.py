@@ -1,0 +1,43 @@
+"""``source.reader: python``: the pipeline's own streaming data source (``ingest_kafka``,
+pipeline/source/datasource.py) behind the reader interface of pipeline/source/choice.py.
+Its options are the common ones as they are; its arrow engine reads each batch's ranges in
+its own tasks, so the batch DataFrame is not scanned then."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pipeline.commit.offsets import TopicPartition
+from pipeline.errors import PipelineError
+from pipeline.source.options import SOURCE_NAME
+
+_REGISTERED: set[int] = set()  # sessions the data source is registered with
+
+
+class PythonKafkaReader:
+    name = "python"
+    format = SOURCE_NAME
+    rows_are_records = False
+
+    def jars(self) -> list[str]:
+        return []
+
+    def register(self, spark: Any) -> None:
+        """Once per session (pipelines of one process share it)."""
+        if id(spark) in _REGISTERED:
+            return
+        from pipeline.source.datasource import KafkaDataSource  # PySpark >= 4.2
+
+        spark.dataSource.register(KafkaDataSource)
+        _REGISTERED.add(id(spark))
+
+    def query_options(
+        self,
+        options: Mapping[str, str],
+        bounds: Callable[[], Mapping[TopicPartition, tuple[int, int]]],
+    ) -> dict[str, str]:
+        return dict(options)
+
+    def explain_failure(self, error: BaseException) -> PipelineError | None:
+        return None  # its errors carry their [ingest:...] tag already

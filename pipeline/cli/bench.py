@@ -49,6 +49,14 @@ def bench(
     profile: Annotated[
         bool, typer.Option(help="also profile the worker hot path (pyinstrument) into --out")
     ] = False,
+    preset_name: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="a named preset instead of --full/--quick: readers (both record sizes, "
+            "8 and 32 partitions; run once per --reader)",
+        ),
+    ] = None,
     reader: Annotated[
         str,
         typer.Option(
@@ -59,15 +67,18 @@ def bench(
 ) -> None:
     """Benchmark: raw ceiling, throughput, exactly-once overhead, commit latency and growth,
     recovery, memory, freshness, CPU per record (docs/bench.md)."""
+    from pipeline.tools.bench.presets import PRESETS
     from pipeline.tools.bench.runner import BenchOptions, run_bench, selected
 
     selected(only or ())  # an unknown --only section: refused before anything starts
+    preset = preset_name or ("full" if full else "quick")
+    if preset not in PRESETS:
+        raise UsageError(f"--preset {preset!r}: allowed: {', '.join(sorted(PRESETS))}")
     if reader not in ("auto", "python", "spark"):
         raise UsageError(f"--reader {reader!r}: allowed: auto, python, spark")
     if bootstrap is not None:
         require_broker(bootstrap)
     setup_logging("bench", screen=logging.WARNING)
-    preset = "full" if full else "quick"
     out.print(
         f"preset {preset}"
         + ("" if full else escape(" (smoke run; --full for the published report's preset)")),

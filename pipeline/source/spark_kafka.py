@@ -206,6 +206,7 @@ def spark_options(
 
 
 _REASON = re.compile(r"Reason: ([^\n]+)")
+_CANNOT_FETCH = re.compile(r"Cannot fetch offset (\d+) \(GroupId: [^,]*, TopicPartition: ([^)]+)\)")
 _LOSS_MARKERS = (
     "Some data may have been lost",
     "not available in Kafka any more",
@@ -224,12 +225,17 @@ def explain_failure(error: BaseException) -> PipelineError | None:
     # Spark 3.5+: "Some data may have been lost … Reason: Could not read records in offset …"
     lost_at = text.find("Some data may have been lost")
     reason = _REASON.search(text, max(lost_at, 0))
+    fetch = _CANNOT_FETCH.search(text)  # Spark 3.5's words for it
     if reason is not None:
         line = reason.group(1).strip()
-    else:
-        line = next(ln.strip() for ln in text.splitlines() if any(m in ln for m in _LOSS_MARKERS))
-        cut = line.find("Some data may have been lost")
-        line = line[:cut].strip(" .:") if cut > 0 else line
+    elif fetch is not None:
+        line = f"cannot fetch offset {fetch.group(1)} of {fetch.group(2)}"
+    else:  # the sentence that says it, without the exceptions wrapped around it
+        at = next(text.find(m) for m in _LOSS_MARKERS if m in text)
+        after_exception = text.rfind("Exception: ", 0, at) + len("Exception: ")
+        start = max(after_exception, text.rfind("\n", 0, at) + 1)
+        end = text.find("\n", at)
+        line = text[start : end if end >= 0 else None].strip()
     return DataLossError(
         f"Spark's Kafka source stopped: {line[:300]} (offsets to be read are gone: "
         "retention, a truncated or re-created topic); failOnDataLoss=false skips them and "

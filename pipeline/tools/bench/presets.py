@@ -122,4 +122,31 @@ FULL = Preset(
     decode_records=100_000,
 )
 
-PRESETS = {p.name: p for p in (QUICK, FULL)}
+# The two source readers side by side (``ingest bench --preset readers --reader R``, once
+# per reader): whole runs and steady state at both record sizes (~270 B and ~1.2 KB),
+# 8 and 32 partitions, in ~10 minutes a reader.
+READERS = Preset(
+    name="readers",
+    records=300_000,
+    partitions=8,
+    batch=50_000,
+    matrix=(RunSpec(format="iceberg", mode=EO, cores=2),) * 2,
+    memory_batches=(),
+    freshness_rate=2_000.0,
+    freshness_seconds=15.0,
+    commits=100,
+    early_window=(1, 10),
+    late_window=(91, 100),
+    postgres=False,
+    fixed=FixedCostPlan(
+        payload_bytes=(0, 940),
+        records=(600_000, 300_000),
+        batches=(5_000, 50_000),
+        partitions=(8, 32),
+        warmup_seconds=5.0,
+        steady_seconds=20.0,
+    ),
+    timeout_s=600.0,
+)
+
+PRESETS = {p.name: p for p in (QUICK, FULL, READERS)}

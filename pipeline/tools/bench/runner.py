@@ -142,7 +142,8 @@ def reproduce_command(opts: BenchOptions) -> str:
     """The ``ingest bench`` command line that reruns what ``opts`` runs: the preset flag
     (``--full``, or ``--quick``, the default) and every option that changes what is
     measured or reported; ``--out`` and ``--work`` only say where things go."""
-    args = ["ingest", "bench", "--full" if opts.preset == "full" else "--quick"]
+    flag = {"full": ["--full"], "quick": ["--quick"]}.get(opts.preset, ["--preset", opts.preset])
+    args = ["ingest", "bench", *flag]
     for section in opts.only:
         args += ["--only", section]
     if opts.records is not None:

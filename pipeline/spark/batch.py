@@ -61,16 +61,27 @@ class BatchWriter:
 
             decoder = ArrowDecoder(self.decode, self.source.include_headers)
             fn = make_decode_task_function(plan, decoder)
-            return collect_staged(r.asDict() for r in self.df.mapInArrow(fn, RESULT_DDL).collect())
+            rows = self._rows().mapInArrow(fn, RESULT_DDL).collect()
+            return collect_staged(r.asDict() for r in rows)
         if self.decode.engine == "arrow" and self.start is not None:
             # the DataFrame is never touched: tasks read the batch's ranges themselves
             return self._write_arrow(plan, self.start)
         # Decoded here, not in the streaming query: a plan Spark re-analyses every batch
         # even when the arrow engine never runs it.
-        decoded = decode(self.df, self.decode, self.data_ddl, self.source.include_headers)
+        decoded = decode(self._rows(), self.decode, self.data_ddl, self.source.include_headers)
         parser = None if self.decode.raw else RecordParser(decoded_columns(self.decode))
         rows = decoded.mapInArrow(make_task_function(plan, parser), RESULT_DDL).collect()
         return collect_staged(r.asDict() for r in rows)
+
+    def _rows(self) -> Any:
+        """The batch's DataFrame. Spark's Kafka source plans a task per Kafka partition
+        (or per ``minPartitions`` piece): coalesced to the cores (or ``minPartitions``),
+        as our reader packs its ranges, a batch pays a Python task per core, not per
+        partition (no shuffle: a task reads several partitions' ranges in turn)."""
+        if not self.rows_are_records:
+            return self.df
+        cores = self.df.sparkSession.sparkContext.defaultParallelism
+        return self.df.coalesce(max(cores, self.source.min_partitions or 0))
 
     def _write_arrow(self, plan: TaskPlan, start: PartitionOffsets) -> StagedBatch:
         """``decode.engine: arrow``: one task per packed group of the batch's ranges."""

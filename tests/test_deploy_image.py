@@ -330,7 +330,8 @@ def test_image_user_and_layout(built_image: str, jar_server: _JarServer) -> None
         "id -u; id -g; python3 --version; java -version 2>&1 | head -1; "
         "readlink -f /opt/ingest/spark; ls /opt/ingest/spark/jars | grep -c '\\.jar$'; "
         "sha256sum /opt/ingest/spark/jars/ingest-test-extra.jar; "
-        "test -w /opt/ingest/venv && echo venv-writable || echo venv-read-only"
+        "test -w /opt/ingest/venv && echo venv-writable || echo venv-read-only; "
+        "ls /opt/ingest/spark/jars | grep -E '^(spark-sql-kafka|kafka-clients)' | sort"
     )
     r = _podman(
         ["run", "--rm", "--network", "none", "--entrypoint", "bash", built_image, "-c", script]
@@ -344,6 +345,11 @@ def test_image_user_and_layout(built_image: str, jar_server: _JarServer) -> None
     assert int(lines[5]) > 200  # Spark's jars
     assert lines[6].split()[0] == jar_server.sha256  # EXTRA_JARS landed, checked
     assert lines[7] == "venv-read-only"
+    # Spark's Kafka source of the image's Spark line among Spark's jars (source.reader spark)
+    assert [re.sub(r"-[0-9].*", "", ln) for ln in lines[8:]] == [
+        "kafka-clients",
+        "spark-sql-kafka",
+    ], lines[8:]
     # no package caches left in the image (inspected as root: /root is private)
     r = _podman(
         ["run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "bash",

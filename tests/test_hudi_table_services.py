@@ -39,6 +39,7 @@ def _instants(base: Path, action: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI's budget (111 s): in the rotation
 @pytest.mark.timeout(900)
 def test_hudi_clustering_and_cleaner_run_by_hand_break_nothing(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path

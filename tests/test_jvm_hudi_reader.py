@@ -104,7 +104,8 @@ def _covered(intervals: Intervals) -> Counter[Coord]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("storage", ["local", "s3"])
+# CI's budget: the S3 variant (56 s) in the rotation, the local one every run
+@pytest.mark.parametrize("storage", ["local", pytest.param("s3", marks=pytest.mark.extended)])
 def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
     jvm_reader: dict[str, str],
     kafka_broker: KafkaTestBroker,
@@ -154,6 +155,7 @@ def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI's budget (66 s): in the rotation
 @pytest.mark.timeout(900)
 def test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path

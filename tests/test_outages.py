@@ -334,6 +334,7 @@ def test_broker_outage_past_the_deadline_fails_clearly_and_restart_resumes(
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI's budget (62 s): in the rotation; the broker drills cover it
 def test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing(
     spark: Any, kafka_cluster3: KafkaTestBroker, tmp_path: Path
 ) -> None:

@@ -27,7 +27,12 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from support.drivers import Coord, coords, pipeline_config, produced, recorded_data_loss
-from support.kafka_fixtures import KafkaTestBroker
+from support.kafka_fixtures import (
+    KafkaTestBroker,
+    await_condition,
+    log_start,
+    produce_in_segments,
+)
 
 from pipeline.app import Pipeline
 from pipeline.commit.offsets import TopicPartition as TP
@@ -139,44 +144,19 @@ def test_read_committed_takes_committed_and_plain_records_only(
     assert coords(third) == Counter(committed + aborted + plain + still_open + later)
 
 
-def _await(what: str, done: Any, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.5)
-
-
-def _log_start(bootstrap: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
-    try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0])
-    finally:
-        c.close()
-
-
-def _produce_in_segments(bootstrap: str, topic: str, chunks: int, seed: int) -> list[Any]:
-    """``chunks`` batches of 100 records, each in a segment of its own (``segment.ms``)."""
-    out = []
-    for i in range(chunks):
-        out.append(produce(bootstrap, topic, GeneratorSpec(count=100, seed=seed + i), 1))
-        time.sleep(0.3)  # past segment.ms: the next append rolls a new segment
-    return out
-
-
 def test_real_retention_under_a_stopped_pipeline(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     cluster = kafka_broker.own()
     bootstrap = kafka_broker.bootstrap_servers
     topic = kafka_broker.new_topic("seg", 1, {"segment.ms": "100"})
-    first = _produce_in_segments(bootstrap, topic, 2, seed=100)
+    first = produce_in_segments(bootstrap, topic, 2, seed=100)
     data = _config(tmp_path, bootstrap, topic)
     Pipeline(parse_config(data), spark).run(timeout_s=180)  # then the pipeline stops
-    later = _produce_in_segments(bootstrap, topic, 4, seed=200)
+    later = produce_in_segments(bootstrap, topic, 4, seed=200)
     cluster.set_topic_config(topic, {"retention.ms": "1000"})  # every closed segment goes
-    _await("retention", lambda: _log_start(bootstrap, topic, 0) > 200)
-    low = _log_start(bootstrap, topic, 0)
+    await_condition("retention", lambda: log_start(bootstrap, topic, 0) > 200)
+    low = log_start(bootstrap, topic, 0)
     cluster.set_topic_config(topic, {"retention.ms": "604800000"})
 
     with pytest.raises(Exception) as info:
@@ -222,7 +202,7 @@ def test_compacted_topic_gaps_are_not_data_loss(
         produce(bootstrap, topic, dataclasses.replace(spec, seed=i), 2)
         time.sleep(0.3)
     total = 4 * 300
-    _await(
+    await_condition(
         "compaction",
         lambda: len(_read_all(bootstrap, topic, 2)) < total // 2,
         timeout_s=120,

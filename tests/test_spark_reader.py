@@ -18,16 +18,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as KTP
+from confluent_kafka import Producer
 from support.drivers import coords, pipeline_config, produced, recorded_data_loss
-from support.kafka_fixtures import KafkaTestBroker
+from support.kafka_fixtures import (
+    KafkaTestBroker,
+    await_condition,
+    log_start,
+    produce_in_segments,
+)
 
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
@@ -47,38 +50,19 @@ def _config(tmp: Path, bootstrap: str, topic: str, **source: Any) -> dict[str, A
     return pipeline_config(tmp, bootstrap, topic, sink, source={"reader": "spark", **source})
 
 
-def _log_start(bootstrap: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
-    try:
-        low, _ = c.get_watermark_offsets(KTP(topic, partition), timeout=10)
-        return int(low)
-    finally:
-        c.close()
-
-
-def _await(what: str, check: Any, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s}s"
-        time.sleep(0.5)
-
-
 def test_retention_loss_is_one_line_and_lenient_runs_record_it(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     cluster = kafka_broker.own()
     bootstrap = kafka_broker.bootstrap_servers
     topic = kafka_broker.new_topic("sk-seg", 1, {"segment.ms": "100"})
-    first = [produce(bootstrap, topic, GeneratorSpec(count=100, seed=s), 1) for s in (1, 2)]
+    first = produce_in_segments(bootstrap, topic, 2, seed=1)
     data = _config(tmp_path, bootstrap, topic)
     Pipeline(parse_config(data), spark).run(timeout_s=180)
-    later = []
-    for s in range(3, 7):  # four more segments (segment.ms 100)
-        later.append(produce(bootstrap, topic, GeneratorSpec(count=100, seed=s), 1))
-        time.sleep(0.3)
+    later = produce_in_segments(bootstrap, topic, 4, seed=3)
     cluster.set_topic_config(topic, {"retention.ms": "1000"})
-    _await("retention", lambda: _log_start(bootstrap, topic, 0) > 200)
-    low = _log_start(bootstrap, topic, 0)
+    await_condition("retention", lambda: log_start(bootstrap, topic, 0) > 200)
+    low = log_start(bootstrap, topic, 0)
     cluster.set_topic_config(topic, {"retention.ms": "604800000"})
 
     with pytest.raises(Exception) as info:

@@ -17,20 +17,26 @@ SIGSTOP.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline.tools.broker import KafkaCluster, await_leaders
+from pipeline.tools.generator import GeneratorSpec, produce
 
 __all__ = [
     "KafkaTestBroker",
+    "await_condition",
     "docker_available",
+    "log_start",
+    "produce_in_segments",
     "resolve_kafka_broker",
     "start_cluster",
     "unique_topic",
@@ -134,3 +140,31 @@ def resolve_kafka_broker() -> Iterator[KafkaTestBroker]:
 def unique_topic(prefix: str = "t") -> str:
     """A topic name no other test uses (legal characters only)."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def await_condition(what: str, done: Any, timeout_s: float = 90.0) -> None:
+    """Poll ``done()`` until it holds; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
+def log_start(bootstrap: str, topic: str, partition: int) -> int:
+    """The partition's first offset the broker still has."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
+    try:
+        return int(c.get_watermark_offsets(KafkaTopicPartition(topic, partition), timeout=10)[0])
+    finally:
+        c.close()
+
+
+def produce_in_segments(bootstrap: str, topic: str, chunks: int, seed: int) -> list[Any]:
+    """``chunks`` batches of 100 records into partition 0, each in a log segment of its own
+    (the topic's ``segment.ms`` is 100)."""
+    out = []
+    for i in range(chunks):
+        out.append(produce(bootstrap, topic, GeneratorSpec(count=100, seed=seed + i), 1))
+        time.sleep(0.3)  # past segment.ms: the next append rolls a new segment
+    return out

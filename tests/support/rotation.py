@@ -62,6 +62,11 @@ EXTENDED: dict[str, int] = {
     "tests/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 2,  # 6 s
     "tests/test_schema_evolution.py::test_a_refused_change_is_one_line_exit_2_and_touches_nothing[hudi-drop-column 'price': is in the table but not configured]": 0,  # 6 s
     "tests/test_schema_evolution.py::test_a_driver_killed_around_the_schema_change_loses_nothing[hudi-after-precommit:kill]": 3,  # 38 s
+    # moved from the slow stage for CI's budget when the PySpark 3.5 stage came (2026-11-28)
+    "tests/test_hudi_table_services.py::test_hudi_clustering_and_cleaner_run_by_hand_break_nothing": 2,  # 111 s
+    "tests/test_outages.py::test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing": 0,  # 62 s
+    "tests/test_jvm_hudi_reader.py::test_hudi_spark_reads_snapshots_commits_increments_and_time_travel[s3]": 1,  # 56 s
+    "tests/test_jvm_hudi_reader.py::test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg": 3,  # 66 s
 }
 
 # the drills of the full matrix outside CI's subset: (label, table format) -> share

@@ -34,8 +34,9 @@ SHARES = 4
 ROOT = Path(__file__).resolve().parents[2]
 
 # the node id of each test marked ``extended`` (drills apart) -> its share, balanced by
-# the times measured on this project's 2-core host (each share 460 to 503 s with its drills;
-# the README lists them)
+# the times measured on this project's 2-core host (each share 460 to 503 s with its drills
+# before four slow tests and the core on Spark's Kafka source joined, 56-111 s and 9-88 s
+# a share; the README lists them)
 EXTENDED: dict[str, int] = {
     "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 2,  # 110 s
     "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 3,  # 101 s

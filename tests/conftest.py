@@ -34,6 +34,8 @@ def kafka_cluster3() -> Iterator[KafkaTestBroker]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    from pipeline.source.choice import PYTHON_READER_SINCE
+    from pipeline.source.python_reader import PythonKafkaReader
     from pipeline.source.spark_kafka import SparkKafkaReader
     from pipeline.source.spark_line import spark_version
     from pipeline.spark.session import build_spark
@@ -44,6 +46,8 @@ def spark() -> Iterator[Any]:
     session = build_spark(
         "ingest-tests", "local[2]", {"spark.sql.shuffle.partitions": "2"}, jars=jars
     )
+    if spark_version() >= PYTHON_READER_SINCE:  # ``ingest_kafka`` read directly by tests
+        PythonKafkaReader().register(session)
     yield session
     session.stop()
 

@@ -52,7 +52,7 @@ def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
     from pipeline.preflight import check_paths
     from pipeline.source.choice import reader_name
 
-    reader_name(cfg.source)  # a reader this Spark cannot run: refused in one line
+    reader_name(cfg.source.reader)  # a reader this Spark cannot run: refused in one line
     if not cfg.decode.registry_format or cfg.decode.schema_:  # else: from the registry, later
         table_columns(cfg.decode.field_specs(), raw=cfg.decode.raw)
     check_paths(cfg, table_format(cfg).writable_paths(cfg))

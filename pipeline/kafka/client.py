@@ -193,6 +193,19 @@ class KafkaMetadata:
             for p in range(n)
         ]
 
+    def subscribed(
+        self,
+        assign: Mapping[str, Iterable[int]] | None,
+        topics: Iterable[str] | None,
+        topic_pattern: str | None,
+    ) -> list[TopicPartition]:
+        """The partitions a source reads now: ``assign``'s as given, else every partition
+        of ``topics``, else of the topics ``topic_pattern`` matches."""
+        if assign is not None:
+            return sorted(TopicPartition(t, p) for t, ps in assign.items() for p in ps)
+        names = list(topics or []) or self.topics_matching(topic_pattern or "")
+        return self.partitions_of(names) if names else []
+
     def offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, BrokerOffsets]:
         """Log start and end per partition (end = last stable offset for read_committed)."""
         tps = list(tps)

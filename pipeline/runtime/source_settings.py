@@ -106,11 +106,7 @@ class SourceSettings:
 
         s = self.cfg.source
         md = KafkaMetadata(self.consumer_conf(), timeout_s=15)
-        if s.assign:
-            tps = [TopicPartition(t, p) for t, parts in s.assign.items() for p in parts]
-        else:
-            topics = s.topics or md.topics_matching(s.topic_pattern or "")
-            tps = list(md.partitions_of(topics)) if topics else []
+        tps = md.subscribed(s.assign, s.topics, s.topic_pattern)
         return {tp: (o.low, o.high) for tp, o in md.offsets(tps).items()}
 
     def resolve_starting_offsets(self) -> str:

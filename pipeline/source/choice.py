@@ -26,10 +26,10 @@ PYTHON_READER_SINCE = (4, 2)
 READERS = ("python", "spark")
 
 
-def reader_name(source: SourceConfig, version: tuple[int, int] | None = None) -> str:
-    """The reader a pipeline runs with; a reader this Spark cannot run is refused in one line."""
+def reader_name(chosen: str = "auto", version: tuple[int, int] | None = None) -> str:
+    """The reader ``source.reader: chosen`` runs with; a reader this Spark cannot run is
+    refused in one line."""
     version = version or spark_version()
-    chosen: str = source.reader
     if chosen == "auto":
         chosen = os.environ.get("INGEST_SOURCE_READER", "").strip().lower() or (
             "python" if version >= PYTHON_READER_SINCE else "spark"
@@ -78,7 +78,7 @@ class SourceReader(Protocol):
 
 def source_reader(source: SourceConfig, version: tuple[int, int] | None = None) -> SourceReader:
     version = version or spark_version()
-    if reader_name(source, version) == "spark":
+    if reader_name(source.reader, version) == "spark":
         from pipeline.source.spark_kafka import SparkKafkaReader
 
         return SparkKafkaReader(version)

@@ -109,10 +109,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _current_partitions(self) -> list[TopicPartition]:
         o = self.options
-        if o.assign is not None:
-            return sorted(TopicPartition(t, p) for t, ps in o.assign.items() for p in ps)
-        topics = o.topics or self.metadata.topics_matching(o.topic_pattern or "")
-        return list(self.metadata.partitions_of(topics)) if topics else []
+        return self.metadata.subscribed(o.assign, o.topics, o.topic_pattern)
 
     def initialOffset(self) -> dict:
         o = self.options

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -223,21 +224,28 @@ def _attempt(plan: TaskPlan) -> tuple[int, str | None]:
     return seed, armed
 
 
-def make_task_function(
-    plan: TaskPlan, parser: RecordParser | None = None
+def _batches_task(
+    plan: TaskPlan, prepare: Callable[[pa.RecordBatch], pa.RecordBatch] | None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Task over the Spark decoder's output; ``parser``: the decoded columns' parser, which
-    names the exact path in a dead letter's reason (``refine_batch``)."""
+    """A ``mapInArrow`` task: each incoming batch through ``prepare``, then staged files."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seed, armed = _attempt(plan)
-        if parser is not None:
-            batches = (refine_batch(b, parser) for b in batches)
+        if prepare is not None:
+            batches = (prepare(b) for b in batches if b.num_rows)
         rows = run_task(plan, batches, seed, armed)
         settle()  # first task of this worker process: everything is imported by now
         yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
 
     return task
+
+
+def make_task_function(
+    plan: TaskPlan, parser: RecordParser | None = None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Task over the Spark decoder's output; ``parser``: the decoded columns' parser, which
+    names the exact path in a dead letter's reason (``refine_batch``)."""
+    return _batches_task(plan, None if parser is None else partial(refine_batch, parser=parser))
 
 
 def make_decode_task_function(
@@ -249,15 +257,7 @@ def make_decode_task_function(
     from pipeline.source.reader import record_schema
 
     schema = record_schema(decoder.include_headers)
-
-    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        seed, armed = _attempt(plan)
-        decoded = (decoder.decode(b.cast(schema)) for b in batches if b.num_rows)
-        rows = run_task(plan, decoded, seed, armed)
-        settle()
-        yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
-
-    return task
+    return _batches_task(plan, lambda b: decoder.decode(b.cast(schema)))
 
 
 @dataclass(frozen=True)

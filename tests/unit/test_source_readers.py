@@ -8,7 +8,6 @@ import json
 import pytest
 
 from pipeline.commit.offsets import TopicPartition
-from pipeline.config import SourceConfig
 from pipeline.errors import ConfigError, DataLossError
 from pipeline.source.choice import reader_name
 from pipeline.source.spark_kafka import (
@@ -22,27 +21,23 @@ TP0, TP1, TP2 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("
 BOUNDS = {TP0: (5, 50), TP1: (0, 10), TP2: (100, 200)}
 
 
-def _source(**kw: object) -> SourceConfig:
-    return SourceConfig.model_validate({"bootstrapServers": "k:9092", "topics": ["a"], **kw})
-
-
 def test_auto_is_python_from_4_2_and_spark_below(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INGEST_SOURCE_READER", raising=False)
-    assert reader_name(_source(), (4, 3)) == "python"
-    assert reader_name(_source(), (4, 2)) == "python"
-    assert reader_name(_source(), (4, 1)) == "spark"
-    assert reader_name(_source(), (3, 5)) == "spark"
+    assert reader_name("auto", (4, 3)) == "python"
+    assert reader_name("auto", (4, 2)) == "python"
+    assert reader_name("auto", (4, 1)) == "spark"
+    assert reader_name("auto", (3, 5)) == "spark"
     monkeypatch.setenv("INGEST_SOURCE_READER", "spark")
-    assert reader_name(_source(), (4, 3)) == "spark"
-    assert reader_name(_source(reader="python"), (4, 3)) == "python"  # the config wins
+    assert reader_name("auto", (4, 3)) == "spark"
+    assert reader_name("python", (4, 3)) == "python"  # the config wins
     monkeypatch.setenv("INGEST_SOURCE_READER", "flink")
     with pytest.raises(ConfigError, match="INGEST_SOURCE_READER='flink'; allowed: python, spark"):
-        reader_name(_source(), (4, 3))
+        reader_name("auto", (4, 3))
 
 
 def test_python_reader_below_4_2_is_one_line_naming_the_version() -> None:
     with pytest.raises(ConfigError) as e:
-        reader_name(_source(reader="python"), (3, 5))
+        reader_name("python", (3, 5))
     assert str(e.value) == (
         "[ingest:config] source.reader: python needs PySpark >= 4.2 (installed: 3.5); "
         "use source.reader: spark (Spark's Kafka source)"

@@ -132,10 +132,9 @@ def host_facts() -> dict[str, Any]:
 
 def _reader() -> str:
     """The measured pipelines' ``source.reader`` (their configs leave it ``auto``)."""
-    from pipeline.config import SourceConfig
     from pipeline.source.choice import reader_name
 
-    return reader_name(SourceConfig(bootstrap_servers="-", topics=["-"]))
+    return reader_name("auto")
 
 
 def reproduce_command(opts: BenchOptions) -> str:

@@ -419,3 +419,38 @@ def test_image_build_rejects_wrong_jar_checksum(built_image: str, jar_server: _J
     )
     assert r.returncode != 0
     assert "FAILED" in r.stderr or "did NOT match" in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.extended
+def test_image_on_pyspark_35_runs_spark_kafka_source(tmp_path: Path) -> None:
+    """The image's Spark line is a build argument: built on PySpark 3.5.7 it carries Spark
+    3.5's Kafka source (Scala 2.12) and the demo runs on it (``source.reader`` auto is
+    ``spark`` below PySpark 4.2) exactly once, as the non-root user on a read-only root."""
+    missing = _image_tools_missing()
+    if missing:
+        pytest.skip(missing)
+    tag = "localhost/kafka-lakehouse-ingest:pyspark35"
+    r = _image_script(["build", tag], {"INGEST_PYSPARK_VERSION": "3.5.7"})
+    assert r.returncode == 0, r.stderr[-4000:]
+    script = (
+        "/opt/ingest/venv/bin/python -c 'import pyspark; print(pyspark.__version__)'; "
+        "ls /opt/ingest/spark/jars | grep -E '^(spark-sql-kafka|kafka-clients)' | sort"
+    )
+    r = _podman(["run", "--rm", "--network", "none", "--entrypoint", "bash", tag, "-c", script])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "3.5.7", lines
+    assert any(ln.startswith("spark-sql-kafka-0-10_2.12-3.5.7") for ln in lines[1:]), lines
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, 10001, 10001)
+    r = _podman(
+        ["run", "--rm", "--network", "none", "--read-only",
+         "-v", f"{state}:/var/lib/ingest", tag,
+         "demo", "--events", "2000", "--rate", "2000", "--lake", "/var/lib/ingest/lake"],
+        timeout=600,
+    )  # fmt: skip
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, out[-4000:]
+    assert "source.reader spark" in out, out[-2000:]
+    assert "EXACTLY ONCE: 2000 produced, 2000 present, 0 missing, 0 duplicated" in out, out[-2000:]

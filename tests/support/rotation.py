@@ -106,6 +106,20 @@ CORE_ON_SPARK_READER: dict[str, int] = {
     "tests/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[hudi]": 0,
 }
 
+# the other Spark lines users run: tests/test_spark_reader.py (Spark's Kafka source: its
+# options, error paths, both decode engines, exactly once) in a virtual environment of
+# that PySpark (scripts/spark-line-env.sh): version -> share. 3.5 has a CI stage of its
+# own; the default install runs it in the default stage.
+OTHER_SPARK_LINES: dict[str, int] = {
+    "4.1.1": 2,  # the 4.1 line's first release on PyPI: the source jar is 4.1.3 (pom.xml)
+    "4.0.5": 3,
+}
+SPARK_LINE_TESTS = "tests/test_spark_reader.py"
+
+
+def spark_lines(share: int) -> list[str]:
+    return sorted(v for v, s in OTHER_SPARK_LINES.items() if s == share)
+
 
 def drills_of(share: int) -> list[tuple[str, str]]:
     return sorted(key for key, s in DRILLS.items() if s == share)
@@ -180,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print only the core tests to run again with INGEST_SOURCE_READER=spark",
     )
+    parser.add_argument(
+        "--spark-lines",
+        action="store_true",
+        help=f"print only the PySpark versions to run {SPARK_LINE_TESTS} on",
+    )
     ns = parser.parse_args(argv)
     if ns.share is not None:
         shares = list(range(SHARES)) if ns.share == "all" else [int(ns.share)]
@@ -187,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shares, why = chosen_share(ns.commit)
     nodes = [n for s in shares for n in node_ids(s)]
+    if ns.spark_lines:
+        print("\n".join(v for s in shares for v in spark_lines(s)))
+        return 0
     if ns.nodes or ns.core_nodes:
         chosen = [n for s in shares for n in core_node_ids(s)] if ns.core_nodes else nodes
         print("\n".join(chosen))
@@ -196,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         drills = ", ".join(f"{label} on {fmt}" for label, fmt in drills_of(share))
         print(
             f"  share {share}: {len(node_ids(share)) - 1} extended tests; drills: {drills}; "
-            f"{len(core_node_ids(share))} core tests on Spark's Kafka source"
+            f"{len(core_node_ids(share))} core tests on Spark's Kafka source; "
+            f"PySpark {', '.join(spark_lines(share)) or '(none)'}: {SPARK_LINE_TESTS}"
         )
     return 0
 

@@ -62,6 +62,20 @@ def test_ci_runs_the_core_on_pyspark_3_5_and_on_the_spark_reader() -> None:
     assert "INGEST_SOURCE_READER=spark" in script and "rotation.py --core-nodes" in script
 
 
+def test_the_other_spark_lines_run_the_spark_reader_tests_in_a_share() -> None:
+    """Spark 4.0 and 4.1 (the lines users run besides 3.5 and the default) each run the
+    Spark reader's tests in one share, on a PySpark whose line has a jar set."""
+    from pipeline.source.spark_kafka import jar_set
+
+    lines = {tuple(int(p) for p in v.split(".")[:2]) for v in rotation.OTHER_SPARK_LINES}
+    assert lines == {(4, 0), (4, 1)}
+    for version in rotation.OTHER_SPARK_LINES:
+        assert jar_set(tuple(int(p) for p in version.split(".")[:2])).startswith("spark-kafka-")
+    assert set(rotation.OTHER_SPARK_LINES.values()) <= set(range(rotation.SHARES))
+    script = (ROOT / "scripts" / "run-tests.sh").read_text()
+    assert "rotation.py --spark-lines" in script and rotation.SPARK_LINE_TESTS in script
+
+
 @pytest.mark.parametrize("first", [0, 1, 2, 3, 137])
 def test_four_consecutive_commits_run_every_rotated_test(first: int) -> None:
     shares = [height % rotation.SHARES for height in range(first, first + 4)]

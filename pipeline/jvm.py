@@ -11,6 +11,11 @@ from, else ``~/.cache/kafka-lakehouse-ingest/jvm``.
 
 ``python -m pipeline.jvm fetch [SET ...]`` fetches (``scripts/bootstrap.sh``);
 ``python -m pipeline.jvm classpath SET`` prints the set's class path.
+
+Helpers of our own (:data:`HELPERS`: ``hudi-writer``, the two-phase driver of Hudi's Spark
+writer) are built from their sources in ``pipeline/resources/<helper>/`` with Maven, at the
+versions the manifest pins, into ``<jvm home>/<helper>-<sources digest>/<helper>.jar`` --
+once, like a set (``python -m pipeline.jvm build [HELPER ...]``).
 """
 
 from __future__ import annotations
@@ -28,11 +33,24 @@ from pathlib import Path
 
 from pipeline.errors import EnvironmentProblem
 
-__all__ = ["MANIFEST", "classpath", "fetch", "jvm_home", "manifest_sets", "set_dir"]
+__all__ = [
+    "HELPERS",
+    "MANIFEST",
+    "build",
+    "classpath",
+    "fetch",
+    "jvm_home",
+    "manifest_sets",
+    "set_dir",
+]
 
 MANIFEST = Path(str(resources.files("pipeline") / "resources" / "pom.xml"))
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _COMPLETE = ".complete"
+#: helper -> the manifest properties its build takes (as -D<name>=<value>)
+HELPERS: dict[str, dict[str, str]] = {
+    "hudi-writer": {"hudi.version": "hudi.version", "spark.version": "spark35.version"},
+}
 _FETCH_TIMEOUT_S = 1800
 
 
@@ -91,6 +109,65 @@ def _profiles() -> dict[str, list[tuple[str, bool]]]:
         ]
         for profile in root.findall("m:profiles/m:profile", _POM_NS)
     }
+
+
+def _properties() -> dict[str, str]:
+    root = ET.parse(MANIFEST).getroot()
+    return {
+        el.tag.split("}")[1]: (el.text or "").strip()
+        for el in root.findall("m:properties/*", _POM_NS)
+    }
+
+
+def build(helper: str) -> Path:
+    """The jar of our own JVM ``helper``, built with Maven from its sources when not yet."""
+    if helper not in HELPERS:
+        raise JvmDependencyError(f"no JVM helper {helper!r} (helpers: {', '.join(HELPERS)})")
+    source = MANIFEST.parent / helper
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    digest = hashlib.sha256(MANIFEST.read_bytes())
+    for p in files:
+        digest.update(str(p.relative_to(source)).encode() + b"\0" + p.read_bytes())
+    target = jvm_home() / f"{helper}-{digest.hexdigest()[:12]}"
+    jar = target / f"{helper}.jar"
+    if jar.is_file():
+        return jar
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JvmDependencyError(
+            f"Maven (mvn) is not installed, so the JVM helper {helper!r} cannot be built; "
+            "install Maven (Debian: apt-get install maven)"
+        )
+    props = _properties()
+    defines = [f"-D{name}={props[key]}" for name, key in HELPERS[helper].items()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{helper}-", dir=target.parent))
+    try:
+        shutil.copytree(source, work / "src-tree")
+        done = subprocess.run(
+            [mvn, "-B", "-q", "-f", str(work / "src-tree" / "pom.xml"), *defines, "package"],
+            capture_output=True, text=True, timeout=_FETCH_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        built = sorted((work / "src-tree" / "target").glob("*.jar"))
+        if done.returncode != 0 or not built:
+            raise JvmDependencyError(
+                f"could not build the JVM helper {helper!r}: "
+                f"{_maven_error(done.stdout + done.stderr)}"
+            )
+        staging = work / "out"
+        staging.mkdir()
+        shutil.copy2(built[0], staging / jar.name)
+        staging.chmod(0o755)
+        try:
+            staging.rename(target)
+        except OSError:  # another process built it first
+            if not jar.is_file():
+                raise
+    except subprocess.TimeoutExpired:
+        raise JvmDependencyError(f"building the JVM helper {helper!r} timed out") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return jar
 
 
 def _digest() -> str:
@@ -170,14 +247,19 @@ def classpath(name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in ("fetch", "classpath"):
+    if not args or args[0] not in ("fetch", "classpath", "build"):
         print(
-            "usage: python -m pipeline.jvm fetch [SET ...] | classpath SET", file=sys.stderr
+            "usage: python -m pipeline.jvm fetch [SET ...] | classpath SET | build [HELPER ...]",
+            file=sys.stderr,
         )
         return 2
-    command, names = args[0], args[1:] or sorted(manifest_sets())
+    command = args[0]
+    names = args[1:] or sorted(HELPERS if command == "build" else manifest_sets())
     try:
         for name in names:
+            if command == "build":
+                print(f"jvm: {name} in {build(name)}")
+                continue
             where = fetch(name)
             print(classpath(name) if command == "classpath" else f"jvm: {name} in {where}")
     except JvmDependencyError as e:

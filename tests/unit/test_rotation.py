@@ -58,7 +58,7 @@ def test_every_core_test_runs_on_the_spark_reader() -> None:
 def test_ci_runs_the_core_on_pyspark_3_5_and_on_the_spark_reader() -> None:
     script = (ROOT / "scripts" / "run-tests.sh").read_text()
     assert "scripts/spark-line-env.sh 3.5.7" in script
-    assert '-m pytest -m core' in script
+    assert "-m pytest -m core" in script
     assert "INGEST_SOURCE_READER=spark" in script and "rotation.py --core-nodes" in script
 
 

@@ -151,16 +151,25 @@ def test_spark_data_loss_failure_is_our_one_line() -> None:
     assert "\n" not in str(err) and "stopped: cannot fetch offset 3 of t-0 (offsets" in str(err)
     assert str(err).startswith("[ingest:data-loss] Spark's Kafka source stopped")
     assert explain_failure(RuntimeError("something else entirely")) is None
-    moved = "java.lang.IllegalStateException: Partition t-1's offset was changed from 9 to 2, " \
+    moved = (
+        "java.lang.IllegalStateException: Partition t-1's offset was changed from 9 to 2, "
         "some data may have been missed.\n\tat org.apache"
+    )
     err = explain_failure(RuntimeError(moved))
-    assert err is not None and "stopped: Partition t-1's offset was changed from 9 to 2, " \
-        "some data may have been missed. (offsets" in str(err)
+    assert (
+        err is not None
+        and "stopped: Partition t-1's offset was changed from 9 to 2, "
+        "some data may have been missed. (offsets"
+        in str(err)
+    )
     spark_4 = (
         "KafkaIllegalStateException: Some data may have been lost because they are not "
         "available in Kafka any more;\neither the data was aged out by Kafka\nReason: Could "
         "not read records in offset [200, 600) for topic partition t-0\nwith consumer group g"
     )
     err = explain_failure(RuntimeError(spark_4))
-    assert err is not None and "stopped: Could not read records in offset [200, 600) for " \
-        "topic partition t-0 (offsets" in str(err)
+    assert (
+        err is not None
+        and "stopped: Could not read records in offset [200, 600) for topic partition t-0 (offsets"
+        in str(err)
+    )

@@ -1,0 +1,109 @@
+"""Hudi's own Spark writer in two phases (pipeline.formats.hudi_spark.client, our JVM helper
+pipeline/resources/hudi-writer built with Maven), on PySpark 3.5.7 with
+``hudi-spark3.5-bundle_2.12`` -- the one line the bundle is served for -- in its own
+environment (``scripts/spark-line-env.sh 3.5.7``).
+
+One process requests and writes two instants and exits without committing: nothing is
+visible, their files are on disk. A second process completes the first from the recorded
+write statistics alone (no recompute) with our checkpoint in the commit's extra metadata,
+rolls the second back through Hudi, and writes and commits a third. Hudi's Spark datasource
+and hudi-rs then read exactly the committed offsets once each; the rolled-back instant's
+files are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "jvm_writer" / "hudi_two_phase.py"
+
+
+def _python35() -> str:
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "spark-line-env.sh"), "3.5.7"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or ["spark-line-env.sh failed"])[-1]
+        if os.environ.get("INGEST_REQUIRE_JVM_READERS") == "1":
+            pytest.fail(f"PySpark 3.5.7 environment required: {why}")
+        pytest.skip(f"PySpark 3.5.7 environment: {why}")
+    return r.stdout.strip().splitlines()[-1]
+
+
+def _steps(python: str, base: Path, journal: Path, *steps: str) -> dict[str, Any]:
+    r = subprocess.run(
+        [python, str(SCRIPT), str(base), str(journal), *steps],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _hudi_rs(base: Path) -> tuple[list[int], dict[str, str]]:
+    import hudi
+    import pyarrow as pa
+
+    table = hudi.HudiTableBuilder.from_base_uri(str(base)).build()
+    timeline = table.get_timeline()
+    commits = timeline.get_completed_commits(desc=False)
+    extra = {
+        c.timestamp: json.loads(timeline.get_instant_metadata_in_json(c))
+        .get("extraMetadata", {})
+        .get("ingest.test", "")
+        for c in commits
+    }
+    if not commits:
+        return [], extra
+    options = hudi.HudiReadOptions(filters=[], projection=["offset"]).with_as_of_timestamp(
+        commits[-1].timestamp
+    )
+    batches = list(table.read_stream(options))
+    offsets = pa.Table.from_batches(batches).column("offset").to_pylist() if batches else []
+    return sorted(offsets), extra
+
+
+@pytest.mark.slow
+def test_hudi_spark_writer_commits_from_recorded_stats_in_another_process(tmp_path: Path) -> None:
+    python = _python35()
+    base, journal = tmp_path / "events", tmp_path / "journal.json"
+
+    first = _steps(python, base, journal, "write", "A", "0", "100", "write", "B", "100", "50")
+    assert [line.split()[1:] for line in first["timeline"]] == [["commit", "INFLIGHT"]] * 2
+    entries = json.loads(journal.read_text())
+    files = {
+        name: [base / json.loads(s)["path"] for s in entry["written"]["stats"]]
+        for name, entry in entries.items()
+    }
+    assert all(p.is_file() for n in ("A", "B") for p in files[n]) and files["A"] and files["B"]
+    assert _hudi_rs(base) == ([], {})  # written, not committed: nothing visible
+
+    second = _steps(
+        python, base, journal, "commit", "A", "rollback", "B", "write", "C", "150", "30",
+        "commit", "C", "read",
+    )  # fmt: skip
+    want = [*range(0, 100), *range(150, 180)]
+    assert second["read"] == want  # Hudi's Spark datasource: each committed offset once
+    assert second["rolled_back"] is True
+    entries = json.loads(journal.read_text())
+    states = {line.split()[0]: line.split()[1:] for line in second["timeline"]}
+    assert states[entries["A"]["instant"]] == ["commit", "COMPLETED"]
+    assert states[entries["C"]["instant"]] == ["commit", "COMPLETED"]
+    assert entries["B"]["instant"] not in states  # rolled back: a rollback instant instead
+    assert ["rollback", "COMPLETED"] in states.values()
+    assert not any(p.exists() for p in files["B"])
+    assert all(p.is_file() for p in files["A"])
+
+    offsets, extra = _hudi_rs(base)
+    assert offsets == want
+    assert extra == {
+        entries["A"]["instant"]: json.dumps({"events": {"next": 100}}),
+        entries["C"]["instant"]: json.dumps({"events": {"next": 180}}),
+    }

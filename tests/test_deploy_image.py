@@ -390,24 +390,29 @@ def test_image_demo_as_non_root_on_read_only_root(built_image: str, tmp_path: Pa
     Iceberg — with the root filesystem read-only (as the chart runs it) and only the state
     dir writable."""
     state = tmp_path / "state"
-    state.mkdir()
-    os.chown(state, 10001, 10001)
-    r = _podman(
-        ["run", "--rm", "--network", "none", "--read-only",
-         "-v", f"{state}:/var/lib/ingest", built_image,
-         "demo", "--events", "2000", "--rate", "2000", "--lake", "/var/lib/ingest/lake"],
-        timeout=600,
-    )  # fmt: skip
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    assert "EXACTLY ONCE: 2000 produced, 2000 present, 0 missing, 0 duplicated" in " ".join(
-        out.split()
-    ), out[-2000:]
+    _demo_in_image(built_image, state)
     # everything the process wrote belongs to the image's unprivileged user
     written = [p for p in (state / "lake").rglob("*")]
     assert written, "the demo wrote nothing under the state directory"
     owners = {p.stat().st_uid for p in written}
     assert owners == {10001}, owners
+
+
+def _demo_in_image(image: str, state: Path) -> str:
+    """``ingest demo`` (2,000 events) in ``image`` as its non-root user on a read-only root,
+    ``state`` the one writable volume; asserts it passed exactly once; its output, one line."""
+    state.mkdir()
+    os.chown(state, 10001, 10001)
+    r = _podman(
+        ["run", "--rm", "--network", "none", "--read-only",
+         "-v", f"{state}:/var/lib/ingest", image,
+         "demo", "--events", "2000", "--rate", "2000", "--lake", "/var/lib/ingest/lake"],
+        timeout=600,
+    )  # fmt: skip
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, out[-4000:]
+    assert "EXACTLY ONCE: 2000 produced, 2000 present, 0 missing, 0 duplicated" in out, out[-2000:]
+    return out
 
 
 @pytest.mark.slow
@@ -441,16 +446,5 @@ def test_image_on_pyspark_35_runs_spark_kafka_source(tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert lines[0] == "3.5.7", lines
     assert any(ln.startswith("spark-sql-kafka-0-10_2.12-3.5.7") for ln in lines[1:]), lines
-    state = tmp_path / "state"
-    state.mkdir()
-    os.chown(state, 10001, 10001)
-    r = _podman(
-        ["run", "--rm", "--network", "none", "--read-only",
-         "-v", f"{state}:/var/lib/ingest", tag,
-         "demo", "--events", "2000", "--rate", "2000", "--lake", "/var/lib/ingest/lake"],
-        timeout=600,
-    )  # fmt: skip
-    out = " ".join((r.stdout + r.stderr).split())
-    assert r.returncode == 0, out[-4000:]
+    out = _demo_in_image(tag, tmp_path / "state")
     assert "source.reader spark" in out, out[-2000:]
-    assert "EXACTLY ONCE: 2000 produced, 2000 present, 0 missing, 0 duplicated" in out, out[-2000:]

@@ -46,3 +46,6 @@ export PATH="$VENV/bin:$PATH"
 # The manifest's Kafka set (once; a changed manifest fetches again): one line on failure.
 # The test-only `jvm-reader` set is fetched by the tests that use it.
 "$VENV/bin/python" -m pipeline.jvm fetch kafka >&2
+# The driver JVM's class archive (once per Java and Spark; starts then map Spark's classes
+# instead of loading them: pipeline/spark/class_archive.py). Never fails the set-up.
+"$VENV/bin/python" -m pipeline.spark.class_archive >&2 || true

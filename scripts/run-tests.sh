@@ -73,6 +73,7 @@ fi
 if [ -z "${INGEST_SKIP_SPARK35:-}" ]; then
   stage "pytest PySpark 3.5 core"
   py35="$(bash scripts/spark-line-env.sh 3.5.7)"
+  "$py35" -m pipeline.spark.class_archive || true  # this Spark's own class archive
   "$py35" -m pytest -m core --durations=10 -p no:cacheprovider
 fi
 # The rotation (tests/support/rotation.py): the tests marked `extended` and the drills of the

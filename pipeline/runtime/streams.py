@@ -26,7 +26,9 @@ class SparkHandle:
             from pipeline.spark.session import build_spark
 
             s = self.cfg.spark
-            self._spark = build_spark(s.app_name, s.master, s.conf, jars=self.reader.jars())
+            self._spark = build_spark(
+                s.app_name, s.master, s.conf, jars=self.reader.jars(), class_archive=s.class_archive
+            )
             self.reader.register(self._spark)
         return self._spark
 

@@ -54,6 +54,7 @@ def build_spark(
     conf: Mapping[str, str] | None = None,
     *,
     jars: Sequence[str] = (),
+    class_archive: bool = True,
 ) -> SparkSession:
     """pyspark is imported here, not at module level, so `ingest --help` stays fast.
     ``jars``: added to ``spark.jars`` (the source reader's); under spark-submit they must
@@ -64,6 +65,7 @@ def build_spark(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if (master or "local").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no interface guessing
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     options = {"spark.app.name": app_name}
@@ -97,6 +99,16 @@ def build_spark(
     if jars:
         given_jars = [j for j in options.get("spark.jars", "").split(",") if j]
         options["spark.jars"] = ",".join([*given_jars, *(j for j in jars if j not in given_jars)])
+    dump = None
+    if class_archive and not given and SparkContext._active_spark_context is None:
+        # the JVM starts here: map the class archive, or (one process at a time) dump it
+        from pipeline.jvm import jvm_home
+        from pipeline.spark.class_archive import java_options
+
+        option, dump = java_options(jvm_home() / "class-archive")
+        if option:
+            java_opts = options.get("spark.driver.extraJavaOptions", "")
+            options["spark.driver.extraJavaOptions"] = f"{java_opts} {option}".strip()
     sigint = signal.getsignal(signal.SIGINT)
     _launch_jvm(options)
     builder = SparkSession.builder
@@ -107,6 +119,10 @@ def build_spark(
         # SparkContext replaced it with one raising KeyboardInterrupt into any py4j call
         signal.signal(signal.SIGINT, sigint)
     spark.sparkContext.setLogLevel(os.environ.get("INGEST_SPARK_LOG_LEVEL", "WARN"))
+    if dump is not None:
+        from pipeline.spark.class_archive import remember_class_path
+
+        remember_class_path(dump)
     return spark
 
 

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Where a pipeline's start-up goes, phase by phase, on each source reader (issue 42).
+
+    python scripts/startup-breakdown.py [--reader python --reader spark] [--records 200000]
+        [--partitions 8] [--batch 50000] [--out docs/bench/startup.json]
+
+Starts the bench's one-node Apache Kafka, produces the bench's JSON events, then for each
+reader launches a fresh process that runs the pipeline (Iceberg, exactly-once, local[2],
+available-now, ``--batch`` records per trigger) and marks, from its own launch:
+
+    imports      Python imports of the pipeline and its libraries, the config parsed
+    tables       Pipeline(cfg): table format, tables and journal opened (no Spark yet)
+    spark        the Spark session (JVM launch, session, the reader's jars)
+    query        the query started (epoch, recovery, Spark's query start)
+    first plan   the first batch handed to foreachBatch (Spark's first planning)
+    batch N      each committed batch, with its phases as the coordinator logs them
+
+with the CPU-seconds of the process tree (the JVM included) at each mark, and peak RSS.
+Single runs on a shared host: read them as +-20 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tree_cpu(proc: psutil.Process) -> float:
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def child(config_path: str, batches: int) -> int:
+    """The measured process: runs the pipeline, prints one JSON document of marks."""
+    launched = psutil.Process().create_time()
+    me = psutil.Process()
+    marks: list[dict[str, Any]] = []
+    peak = [0]
+
+    def mark(what: str, **extra: Any) -> None:
+        peak[0] = max(peak[0], _tree_rss(me))
+        marks.append({"phase": what, "t": round(time.time() - launched, 3),
+                      "cpu": round(_tree_cpu(me), 3), **extra})  # fmt: skip
+
+    from pipeline.app import Pipeline
+    from pipeline.config import load_config
+    from pipeline.observe.base import OutcomeCallback
+
+    cfg = load_config(config_path)
+    mark("imports")
+    p = Pipeline(cfg)
+    mark("tables")
+    _ = p.spark
+    mark("spark")
+    original = p.process_batch
+    seen: list[int] = []
+
+    def process_batch(df: Any, batch_id: int) -> None:
+        if not seen:
+            mark("first plan")
+        seen.append(batch_id)
+        original(df, batch_id)
+
+    p.process_batch = process_batch  # type: ignore[method-assign]
+    start = p.start
+
+    def started() -> Any:
+        q = start()
+        mark("query")
+        return q
+
+    p.start = started  # type: ignore[method-assign]
+
+    def committed(o: Any) -> None:
+        timings = {k: round(v, 3) for k, v in o.timings.items()}
+        mark(f"batch {o.batch_id}", outcome=str(o.outcome), records=o.records, timings=timings)
+
+    p.add_observer(OutcomeCallback(committed))
+    done = lambda stats: sum(m["phase"].startswith("batch") for m in marks) >= batches  # noqa: E731
+    p.run(until=done, timeout_s=600)
+    print(json.dumps({"marks": marks, "peak_rss_gib": round(peak[0] / 2**30, 2)}))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reader", action="append", choices=("python", "spark"))
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=50_000)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.child:
+        return child(ns.child[0], int(ns.child[1]))
+
+    import yaml
+
+    from pipeline.tools.bench.dataset import BenchBroker, produce_dataset
+    from pipeline.tools.bench.runs import RunSpec, pipeline_config
+
+    readers = ns.reader or ["python", "spark"]
+    broker = BenchBroker()
+    report: dict[str, Any] = {"records": ns.records, "partitions": ns.partitions,
+                              "batch": ns.batch, "runs": {}}  # fmt: skip
+    try:
+        ds = produce_dataset(broker, ns.records, ns.partitions)
+        for reader in readers:
+            work = Path(tempfile.mkdtemp(prefix=f"startup-{reader}-"))
+            spec = RunSpec(max_records_per_trigger=ns.batch)
+            doc = pipeline_config(spec, reader, work, broker.bootstrap_servers, ds.topic)
+            doc["source"]["reader"] = reader
+            doc["metrics"] = {"enabled": False}
+            path = work / "pipeline.yaml"
+            path.write_text(yaml.safe_dump(doc))
+            batches = -(-ns.records // ns.batch)
+            r = subprocess.run(
+                [sys.executable, __file__, "--child", str(path), str(batches)],
+                capture_output=True, text=True, cwd=ROOT, timeout=900,
+                env={**os.environ, "INGEST_LOG_LEVEL": "WARNING"},
+            )  # fmt: skip
+            if r.returncode != 0:
+                print(r.stderr[-3000:], file=sys.stderr)
+                return 1
+            run = json.loads(r.stdout.strip().splitlines()[-1])
+            report["runs"][reader] = run
+            print(f"== {reader} (peak RSS {run['peak_rss_gib']} GiB)")
+            prev_t = prev_cpu = 0.0
+            for m in run["marks"]:
+                print(f"  {m['phase']:<12} at {m['t']:7.2f} s (+{m['t'] - prev_t:5.2f} s), "
+                      f"CPU {m['cpu']:6.2f} s (+{m['cpu'] - prev_cpu:5.2f})"
+                      + (f"  {m.get('timings')}" if m.get("timings") else ""))  # fmt: skip
+                prev_t, prev_cpu = m["t"], m["cpu"]
+    finally:
+        broker.stop()
+    if ns.out:
+        ns.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a pipeline's start-up goes, phase by phase, on each source reader (issue 42).
+"""Where a pipeline's start-up goes, phase by phase, on each source reader.
 
     python scripts/startup-breakdown.py [--reader python --reader spark] [--records 200000]
         [--partitions 8] [--batch 50000] [--out docs/bench/startup.json]

@@ -112,6 +112,12 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--batch", type=int, default=50_000)
+    ap.add_argument(
+        "--class-archive",
+        choices=("on", "off", "both"),
+        default="both",
+        help="spark.classArchive of the runs (both: each reader twice, off first)",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ns = ap.parse_args()
@@ -129,12 +135,15 @@ def main() -> int:
                               "batch": ns.batch, "runs": {}}  # fmt: skip
     try:
         ds = produce_dataset(broker, ns.records, ns.partitions)
-        for reader in readers:
+        archives = ["off", "on"] if ns.class_archive == "both" else [ns.class_archive]
+        for reader, archive in [(r, a) for r in readers for a in archives]:
+            label = f"{reader} (class archive {archive})"
             work = Path(tempfile.mkdtemp(prefix=f"startup-{reader}-"))
             spec = RunSpec(max_records_per_trigger=ns.batch)
             doc = pipeline_config(spec, reader, work, broker.bootstrap_servers, ds.topic)
             doc["source"]["reader"] = reader
             doc["metrics"] = {"enabled": False}
+            doc["spark"]["classArchive"] = archive == "on"
             path = work / "pipeline.yaml"
             path.write_text(yaml.safe_dump(doc))
             batches = -(-ns.records // ns.batch)
@@ -147,8 +156,8 @@ def main() -> int:
                 print(r.stderr[-3000:], file=sys.stderr)
                 return 1
             run = json.loads(r.stdout.strip().splitlines()[-1])
-            report["runs"][reader] = run
-            print(f"== {reader} (peak RSS {run['peak_rss_gib']} GiB)")
+            report["runs"][label] = run
+            print(f"== {label}, peak RSS {run['peak_rss_gib']} GiB")
             prev_t = prev_cpu = 0.0
             for m in run["marks"]:
                 print(f"  {m['phase']:<12} at {m['t']:7.2f} s (+{m['t'] - prev_t:5.2f} s), "

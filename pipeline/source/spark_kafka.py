@@ -237,9 +237,9 @@ def explain_failure(error: BaseException) -> PipelineError | None:
         end = text.find("\n", at)
         line = text[start : end if end >= 0 else None].strip()
     return DataLossError(
-        f"Spark's Kafka source stopped: {line[:300]} (offsets to be read are gone: "
-        "retention, a truncated or re-created topic); failOnDataLoss=false skips them and "
-        "records the loss in the table"
+        f"Spark's Kafka source stopped: {line[:300]} (records were deleted before they "
+        "were ingested: by retention, or the topic was truncated or re-created; set "
+        "failOnDataLoss=false to skip them and record the loss in the table)"
     )
 
 

@@ -148,7 +148,9 @@ def test_spark_data_loss_failure_is_our_one_line() -> None:
     )
     err = explain_failure(RuntimeError(spark_text))
     assert isinstance(err, DataLossError)
-    assert "\n" not in str(err) and "stopped: cannot fetch offset 3 of t-0 (offsets" in str(err)
+    assert "\n" not in str(
+        err
+    ) and "stopped: cannot fetch offset 3 of t-0 (records were deleted" in str(err)
     assert str(err).startswith("[ingest:data-loss] Spark's Kafka source stopped")
     assert explain_failure(RuntimeError("something else entirely")) is None
     moved = (
@@ -159,7 +161,7 @@ def test_spark_data_loss_failure_is_our_one_line() -> None:
     assert (
         err is not None
         and "stopped: Partition t-1's offset was changed from 9 to 2, "
-        "some data may have been missed. (offsets"
+        "some data may have been missed. (records were deleted"
         in str(err)
     )
     spark_4 = (
@@ -170,6 +172,6 @@ def test_spark_data_loss_failure_is_our_one_line() -> None:
     err = explain_failure(RuntimeError(spark_4))
     assert (
         err is not None
-        and "stopped: Could not read records in offset [200, 600) for topic partition t-0 (offsets"
+        and "stopped: Could not read records in offset [200, 600) for topic partition t-0 (records were deleted"
         in str(err)
     )

@@ -172,6 +172,6 @@ def test_spark_data_loss_failure_is_our_one_line() -> None:
     err = explain_failure(RuntimeError(spark_4))
     assert (
         err is not None
-        and "stopped: Could not read records in offset [200, 600) for topic partition t-0 (records were deleted"
-        in str(err)
+        and "stopped: Could not read records in offset [200, 600) for topic partition t-0 "
+        "(records were deleted" in str(err)
     )

@@ -173,5 +173,6 @@ def test_spark_data_loss_failure_is_our_one_line() -> None:
     assert (
         err is not None
         and "stopped: Could not read records in offset [200, 600) for topic partition t-0 "
-        "(records were deleted" in str(err)
+        "(records were deleted"
+        in str(err)
     )

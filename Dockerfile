@@ -134,10 +134,6 @@ ENV PATH=/opt/ingest/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
     INGEST_JVM_DIR=/opt/ingest/jvm \
     HOME=/var/lib/ingest
 
-# The driver JVM's class archive for this Java, Spark and class path (read-only at run
-# time): every driver the image starts maps Spark's classes instead of loading them.
-RUN python -m pipeline.spark.class_archive
-
 USER 10001:10001
 WORKDIR /var/lib/ingest
 # Prometheus metrics and /healthz, /readyz (config: metrics.port); Spark driver RPC and

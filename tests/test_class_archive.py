@@ -110,3 +110,17 @@ def test_an_unwritable_home_only_forgoes_the_archive(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     assert class_archive.java_options(blocked / "class-archive") == ("", None)
+
+
+def test_a_spark_conf_directory_with_files_forgoes_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM cannot archive a class path holding a non-empty directory (Spark puts its
+    conf directory first): no dump is attempted, nothing is claimed."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    where = tmp_path / "class-archive"
+    assert class_archive.java_options(where) == ("", None)
+    assert not where.exists() or not list(where.iterdir())

@@ -18,7 +18,8 @@ Invariants:
   it; an archive whose size is no longer its name's is deleted, never mapped (a truncated
   archive crashes the JVM that maps it: checked); a dump that fails is deleted.
 * Never fails or blocks a start: any problem (no writable directory, another Java or
-  class path: the JVM then ignores the archive) only forgoes the saving.
+  class path: the JVM then ignores the archive; a Spark configuration directory with files,
+  which the JVM cannot archive) only forgoes the saving.
 * One key per Java, Spark and class path directory, so an upgrade starts a new archive.
 """
 
@@ -156,10 +157,26 @@ def _claim(directory: Path, key: str) -> bool:
     return True
 
 
+def _conf_dir_empty() -> bool:
+    """Whether Spark's configuration directory, the first entry of the driver's class
+    path, is empty or missing: the JVM archives no class path with a non-empty directory
+    in it (its dump fails: "Cannot have non-empty directory in paths")."""
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    conf = os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")
+    try:
+        return not os.listdir(conf)
+    except OSError:
+        return True
+
+
 def java_options(directory: Path) -> tuple[str, Path | None]:
     """(the JVM option, the dump this process's JVM writes at exit, or None); ("", None)
     when there is no archive and this process does not write one."""
     try:
+        if not _conf_dir_empty():
+            return "", None
         directory.mkdir(parents=True, exist_ok=True)
         key = _key()
         archive = promote(directory, key)

@@ -93,6 +93,7 @@ if [ -z "${INGEST_SKIP_ROTATION:-}" ]; then
   # and the share's other Spark lines (4.0, 4.1): the Spark reader's tests in their own venv
   mapfile -t lines < <(python tests/support/rotation.py --spark-lines)
   for version in "${lines[@]}"; do
+    [ -n "$version" ] || continue
     py_line="$(bash scripts/spark-line-env.sh "$version")"
     "$py_line" -m pytest --durations=5 -p no:cacheprovider tests/test_spark_reader.py
   done

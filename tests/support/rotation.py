@@ -206,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shares, why = chosen_share(ns.commit)
     nodes = [n for s in shares for n in node_ids(s)]
-    if ns.spark_lines:
-        print("\n".join(v for s in shares for v in spark_lines(s)))
-        return 0
-    if ns.nodes or ns.core_nodes:
-        chosen = [n for s in shares for n in core_node_ids(s)] if ns.core_nodes else nodes
-        print("\n".join(chosen))
+    if ns.spark_lines or ns.nodes or ns.core_nodes:
+        if ns.spark_lines:
+            chosen = [v for s in shares for v in spark_lines(s)]
+        else:
+            chosen = [n for s in shares for n in core_node_ids(s)] if ns.core_nodes else nodes
+        for line in chosen:  # one per line, none at all for an empty list
+            print(line)
         return 0
     print(f"rotation share(s) {', '.join(map(str, shares))} of {SHARES} ({why}):")
     for share in shares:

@@ -74,6 +74,14 @@ def test_the_other_spark_lines_run_the_spark_reader_tests_in_a_share() -> None:
     assert set(rotation.OTHER_SPARK_LINES.values()) <= set(range(rotation.SHARES))
     script = (ROOT / "scripts" / "run-tests.sh").read_text()
     assert "rotation.py --spark-lines" in script and rotation.SPARK_LINE_TESTS in script
+    # a share without other lines prints nothing (an empty line ran the 3.5 default)
+    for share in range(rotation.SHARES):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "support" / "rotation.py"), "--share",
+             str(share), "--spark-lines"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert out == "".join(f"{v}\n" for v in rotation.spark_lines(share))
 
 
 @pytest.mark.parametrize("first", [0, 1, 2, 3, 137])

@@ -81,10 +81,7 @@ def _profiles() -> dict[str, list[tuple[str, bool]]]:
         root = ET.parse(MANIFEST).getroot()
     except (OSError, ET.ParseError) as e:
         raise JvmDependencyError(f"cannot read the JVM manifest {MANIFEST}: {e}") from None
-    props = {
-        el.tag.split("}")[1]: (el.text or "").strip()
-        for el in root.findall("m:properties/*", _POM_NS)
-    }
+    props = _properties(root)
 
     def text(el: ET.Element, name: str) -> str:
         raw = (el.findtext(f"m:{name}", default="", namespaces=_POM_NS) or "").strip()
@@ -111,8 +108,13 @@ def _profiles() -> dict[str, list[tuple[str, bool]]]:
     }
 
 
-def _properties() -> dict[str, str]:
-    root = ET.parse(MANIFEST).getroot()
+def _properties(root: ET.Element | None = None) -> dict[str, str]:
+    """The manifest's ``<properties>`` (the pinned versions), by name."""
+    if root is None:
+        try:
+            root = ET.parse(MANIFEST).getroot()
+        except (OSError, ET.ParseError) as e:
+            raise JvmDependencyError(f"cannot read the JVM manifest {MANIFEST}: {e}") from None
     return {
         el.tag.split("}")[1]: (el.text or "").strip()
         for el in root.findall("m:properties/*", _POM_NS)

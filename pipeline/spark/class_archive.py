@@ -215,9 +215,9 @@ def prepare(timeout_s: float = 300.0) -> Path | None:
     dump promoted once its JVM has written it): set-up steps and images run this."""
     import sys
 
-    where = directory()
-    with contextlib.suppress(OSError, ImportError):
-        archive = promote(where, _key())
+    where, key = directory(), _key()
+    with contextlib.suppress(OSError):
+        archive = promote(where, key)
         if archive is not None:
             return archive
     start = (
@@ -227,7 +227,6 @@ def prepare(timeout_s: float = 300.0) -> Path | None:
         "s.stop()\n"
     )
     subprocess.run([sys.executable, "-c", start], check=True, timeout=timeout_s)
-    key = _key()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         archive = promote(where, key)

@@ -102,10 +102,9 @@ def build_spark(
     dump = None
     if class_archive and not given and SparkContext._active_spark_context is None:
         # the JVM starts here: map the class archive, or (one process at a time) dump it
-        from pipeline.jvm import jvm_home
-        from pipeline.spark.class_archive import java_options
+        from pipeline.spark.class_archive import directory, java_options
 
-        option, dump = java_options(jvm_home() / "class-archive")
+        option, dump = java_options(directory())
         if option:
             java_opts = options.get("spark.driver.extraJavaOptions", "")
             options["spark.driver.extraJavaOptions"] = f"{java_opts} {option}".strip()

@@ -20,6 +20,7 @@ everything else is Hudi's default (the metadata table included).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,14 +120,10 @@ class Written:
 
     @property
     def records(self) -> int:
-        import json
-
         return sum(int(json.loads(s).get("numWrites", 0)) for s in self.stats)
 
     @property
     def paths(self) -> list[str]:
-        import json
-
         return [str(json.loads(s)["path"]) for s in self.stats]
 
 

@@ -33,6 +33,7 @@ from pipeline.errors import ConfigError, FencedError, PipelineError
 from pipeline.observe.accounting import OUTCOMES, PHASES, split_by_weight
 from pipeline.observe.logs import BATCH_LOGGER, batch_log_line
 from pipeline.observe.metrics import PipelineMetrics
+from pipeline.tools.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
@@ -450,15 +451,9 @@ def test_alert_rules_reference_only_exported_metrics() -> None:
 # -- integration: real Prometheus scraping a running pipeline --------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrometheusServer:
     def __init__(self, binary: str, workdir: Path, target_port: int) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         config.write_text(
@@ -538,7 +533,7 @@ def test_prometheus_scrapes_a_running_pipeline(
     from pipeline.tools.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
 
     # Prometheus first: its ≈5 s target sync overlaps with producing and set-up.
-    exporter_port = _free_port()
+    exporter_port = free_port()
     prom = PrometheusServer(binary, tmp_path, exporter_port)
     metrics: PipelineMetrics | None = None
     try:

@@ -341,7 +341,7 @@ def test_an_unreachable_registry_is_one_line_and_exit_2_after_the_retry_window(
 ) -> None:
     from support.drivers import run_cli, write_config
 
-    from pipeline.tools.broker.node import free_port
+    from pipeline.tools.ports import free_port
 
     topic = kafka_broker.new_topic("avro-noregistry", 1)
     data = pipeline_config(

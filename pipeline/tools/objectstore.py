@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipeline.tools.ports import free_ports
 
 ACCESS_KEY = "ingest-test"
 SECRET_KEY = "ingest-test-secret"
@@ -84,19 +85,6 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _log_tail(path: Path, lines: int = 8) -> str:
     try:
         text = path.read_text(errors="replace").strip().splitlines()
@@ -133,7 +121,7 @@ def start_seaweedfs(tmp: Path, *, timeout: float = 20.0) -> Generator[S3Server, 
             }
         )
     )
-    s3, s3g, master, masterg, volume, volumeg, filer, filerg = _free_ports(8)
+    s3, s3g, master, masterg, volume, volumeg, filer, filerg = free_ports(8)
     log_path = tmp / "weed.log"
     args = [
         weed,

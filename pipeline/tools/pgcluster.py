@@ -22,7 +22,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PgCluster", "PgClusterUnavailable", "available", "free_port", "shared_server_uri"]
+from pipeline.tools.ports import free_port
+
+__all__ = ["PgCluster", "PgClusterUnavailable", "available", "shared_server_uri"]
 
 _PG_ETC = Path("/etc/postgresql")
 
@@ -45,12 +47,6 @@ def _versions() -> list[str]:
     if not _PG_ETC.is_dir():
         return []
     return sorted((p.name for p in _PG_ETC.iterdir() if p.name.isdigit()), key=int)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:

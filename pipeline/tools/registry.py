@@ -28,7 +28,8 @@ from typing import Any
 
 from pipeline import jvm
 from pipeline.errors import EnvironmentProblem
-from pipeline.tools.broker.node import find_java, free_port
+from pipeline.tools.broker.node import find_java
+from pipeline.tools.ports import free_port
 
 __all__ = ["RegistryStartError", "SchemaRegistryServer", "distribution", "start_registry"]
 

@@ -25,13 +25,13 @@ from pipeline.tools.broker.node import (
     BrokerStartError,
     Node,
     find_java,
-    free_port,
     last_line,
     random_cluster_id,
     server_properties,
     spawn,
     start_format,
 )
+from pipeline.tools.ports import free_ports
 
 _READY_TIMEOUT_S = 60.0
 
@@ -72,8 +72,9 @@ class KafkaCluster:
             self._dir.mkdir(parents=True, exist_ok=True)
             classpath = jvm.classpath("kafka")
             self._java = find_java()
+            ports = iter(free_ports(3 * self.num_brokers))
             nodes = {
-                i: Node(i, free_port(), free_port(), free_port(), self._dir / f"node-{i}")
+                i: Node(i, next(ports), next(ports), next(ports), self._dir / f"node-{i}")
                 for i in range(1, self.num_brokers + 1)
             }
             voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes.values())

@@ -10,7 +10,6 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import uuid
 from collections.abc import Mapping
@@ -62,12 +61,6 @@ class Node:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child

@@ -4,11 +4,14 @@ pipeline/resources/hudi-writer built with Maven), on PySpark 3.5.7 with
 environment (``scripts/spark-line-env.sh 3.5.7``).
 
 One process requests and writes two instants and exits without committing: nothing is
-visible, their files are on disk. A second process completes the first from the recorded
-write statistics alone (no recompute) with our checkpoint in the commit's extra metadata,
-rolls the second back through Hudi, and writes and commits a third. Hudi's Spark datasource
-and hudi-rs then read exactly the committed offsets once each; the rolled-back instant's
-files are gone.
+visible, their files are on disk. A second process, through the committer
+(pipeline.formats.hudi_spark.committer), completes the first from the journal's
+descriptors alone (no recompute) with our checkpoint in the commit's extra metadata, rolls
+the second back through Hudi, writes a third, fences epoch 2 and is refused a commit at
+epoch 1, commits at epoch 2 (twice: the second a no-op), and commits a batch that wrote no
+rows. Hudi's Spark datasource and hudi-rs then read exactly the committed offsets once
+each; the rolled-back instant's files are gone; a third process reads back what was
+committed, the offsets, the epoch and the file sizes recovery checks.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def _hudi_rs(base: Path) -> tuple[list[int], dict[str, str]]:
     extra = {
         c.timestamp: json.loads(timeline.get_instant_metadata_in_json(c))
         .get("extraMetadata", {})
-        .get("ingest.test", "")
+        .get("ingest.pipeline-id", "")
         for c in commits
     }
     if not commits:
@@ -79,31 +82,46 @@ def test_hudi_spark_writer_commits_from_recorded_stats_in_another_process(tmp_pa
     assert [line.split()[1:] for line in first["timeline"]] == [["commit", "INFLIGHT"]] * 2
     entries = json.loads(journal.read_text())
     files = {
-        name: [base / json.loads(s)["path"] for s in entry["written"]["stats"]]
+        name: [base / json.loads(json.loads(d)["stat"])["path"] for d in entry["files"]]
         for name, entry in entries.items()
     }
     assert all(p.is_file() for n in ("A", "B") for p in files[n]) and files["A"] and files["B"]
     assert _hudi_rs(base) == ([], {})  # written, not committed: nothing visible
 
     second = _steps(
-        python, base, journal, "commit", "A", "rollback", "B", "write", "C", "150", "30",
-        "commit", "C", "read",
+        python, base, journal,
+        "status",  # the committer: nothing committed, no epoch yet
+        "commit", "A", "1", "rollback", "B", "write", "C", "150", "30",
+        "fence", "2", "commit", "C", "1",  # a zombie at epoch 1: refused
+        "commit", "C", "2", "commit", "C", "2",  # the owner; the second time a no-op
+        "empty", "D", "2",  # a batch with no rows for this table: offsets move on
+        "read",
     )  # fmt: skip
     want = [*range(0, 100), *range(150, 180)]
     assert second["read"] == want  # Hudi's Spark datasource: each committed offset once
-    assert second["rolled_back"] is True
+    assert second["committed"] == {"A": False, "B": False}
+    assert second["offsets"] == {} and second["epoch"] is None
+    assert len(second["fenced"]) == 1
+    assert "writer epoch 1 was superseded by epoch 2" in second["fenced"][0]
     entries = json.loads(journal.read_text())
     states = {line.split()[0]: line.split()[1:] for line in second["timeline"]}
-    assert states[entries["A"]["instant"]] == ["commit", "COMPLETED"]
-    assert states[entries["C"]["instant"]] == ["commit", "COMPLETED"]
+    for name in ("A", "C", "D"):
+        assert states[entries[name]["instant"]] == ["commit", "COMPLETED"], name
     assert entries["B"]["instant"] not in states  # rolled back: a rollback instant instead
     assert ["rollback", "COMPLETED"] in states.values()
     assert not any(p.exists() for p in files["B"])
     assert all(p.is_file() for p in files["A"])
 
-    offsets, extra = _hudi_rs(base)
+    third = _steps(python, base, journal, "status")  # a fresh process reads it all back
+    assert third["committed"] == {"A": True, "B": False, "C": True, "D": True}
+    assert third["offsets"] == {"events/0": 180, "events/1": 180}
+    assert third["epoch"] == 2
+    for name in ("A", "C"):  # recovery's intact check: every file with its recorded size
+        stats = [json.loads(json.loads(d)["stat"]) for d in entries[name]["files"]]
+        recorded = [s["fileSizeInBytes"] for s in stats]
+        assert third["sizes"][name] == recorded
+
+    offsets, extra = _hudi_rs(base)  # hudi-rs: the same rows, our checkpoints in the commits
     assert offsets == want
-    assert extra == {
-        entries["A"]["instant"]: json.dumps({"events": {"next": 100}}),
-        entries["C"]["instant"]: json.dumps({"events": {"next": 180}}),
-    }
+    assert {entries[n]["instant"] for n in ("A", "C", "D")} == set(extra)
+    assert all(pid == "p1" for pid in extra.values())

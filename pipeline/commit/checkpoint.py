@@ -20,7 +20,7 @@ Invariants (pinned by ``tests/unit/test_checkpoint_golden.py``)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,3 +203,27 @@ class CommitCheckpoint:
                 f"snapshot summary of pipeline {pipeline_id!r} has a malformed checkpoint: "
                 f"{_one_line(e)}"
             ) from e
+
+
+def find_batch(
+    checkpoints: Iterable[tuple[str, CommitCheckpoint]],
+    incarnation: str,
+    batch_id: int,
+    batch_end: Mapping[TopicPartition, int] | None,
+) -> str | None:
+    """The commit (its key in ``checkpoints``: a pipeline's ``(commit, checkpoint)`` pairs,
+    newest first) of batch ``batch_id`` of ``incarnation``, with the same planned end when
+    both know it (a checkpoint restored from a backup reuses batch ids for other ranges);
+    None when the batches of that incarnation went below ``batch_id`` (they commit in order)."""
+    mine = None if batch_end is None else {(t, p): o for (t, p), o in batch_end.items()}
+    for key, cp in checkpoints:
+        if cp.incarnation != incarnation:
+            continue
+        if cp.batch_id == batch_id:
+            logged = cp.batch_end
+            if mine is not None and logged is not None and dict(logged.items()) != mine:
+                continue  # same id, other range: a restored older checkpoint
+            return key
+        if cp.batch_id < batch_id:
+            return None
+    return None

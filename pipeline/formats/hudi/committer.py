@@ -42,7 +42,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint
+from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint, find_batch
 from pipeline.commit.fence import check_fence
 from pipeline.commit.history import carry_forward, forgettable
 from pipeline.commit.instant import BatchIdentity, next_instant_time
@@ -147,18 +147,7 @@ class HudiCommitter:
         batch_id: int,
         batch_end: Mapping[TopicPartition, int] | None,
     ) -> str | None:
-        for ts, cp in self._checkpoints(pipeline_id):
-            if cp.incarnation != incarnation:
-                continue
-            if cp.batch_id == batch_id:
-                if batch_end is not None and cp.batch_end is not None:
-                    mine = {(t, p): o for (t, p), o in batch_end.items()}
-                    if {(t, p): o for (t, p), o in cp.batch_end.items()} != mine:
-                        continue  # same id, other range: a restored older checkpoint
-                return ts
-            if cp.batch_id < batch_id:
-                return None  # batches of one incarnation commit in order
-        return None
+        return find_batch(self._checkpoints(pipeline_id), incarnation, batch_id, batch_end)
 
     def refresh(self) -> None:
         """Nothing cached can be stale: every read lists ``.hoodie`` anew, and what is

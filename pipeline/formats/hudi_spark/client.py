@@ -155,6 +155,10 @@ class HudiSparkClient:
             self.spark._jsparkSession, self.base_path, self._map(self.options), instant
         )
 
+    def schema_of(self, df: Any) -> str:
+        """Hudi's writer schema (Avro JSON) of ``df``'s rows in this table."""
+        return str(self._helper.schemaOf(df._jdf, self.options["hoodie.table.name"]))
+
     def write(self, df: Any, instant: str, operation: str = "insert") -> Written:
         w = self._helper.write(
             self.spark._jsparkSession,

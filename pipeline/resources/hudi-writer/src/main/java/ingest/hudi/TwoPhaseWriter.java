@@ -259,7 +259,9 @@ public final class TwoPhaseWriter {
 
   /**
    * Completes {@code instant} from recorded write statistics with {@code extraMetadata} (the
-   * pipeline's checkpoint); the baseline is {@link Written#baseline} of its write.
+   * pipeline's checkpoint); the baseline is {@link Written#baseline} of its write. An instant
+   * only requested (a batch that wrote no rows into this table) is made inflight first: Hudi
+   * completes inflight instants only.
    */
   public static boolean commit(
       SparkSession spark,
@@ -275,11 +277,18 @@ public final class TwoPhaseWriter {
     for (String doc : stats) {
       written.add(JSON.readValue(doc, HoodieWriteStat.class));
     }
+    HoodieTableMetaClient meta = meta(spark, basePath);
+    boolean requestedOnly =
+        meta.getActiveTimeline().filterPendingExcludingCompaction().getInstantsAsStream()
+            .anyMatch(i -> i.requestedTime().equals(instant) && i.isRequested());
+    if (requestedOnly) {
+      meta.getActiveTimeline().transitionRequestedToInflight(meta.getCommitActionType(), instant);
+      meta = meta(spark, basePath);
+    }
     Client<?> client = client(spark, basePath, options, schema);
     try {
       client.setOperationType(WriteOperationType.INSERT);
       client.getHeartbeatClient().start(instant); // Hudi refuses an instant whose heartbeat expired
-      HoodieTableMetaClient meta = meta(spark, basePath);
       client.restore(meta, baseline, instant);
       return client.commitStats(
           instant, written, Option.of(new HashMap<>(extraMetadata)), meta.getCommitActionType());

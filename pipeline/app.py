@@ -64,6 +64,7 @@ class Pipeline:
         from pipeline.commit.faults import FaultPoints
         from pipeline.decode.registry.table_schema import resolve_registry_schema
         from pipeline.decode.registry.watch import schema_watch
+        from pipeline.formats.base import WritesBatches
         from pipeline.formats.registry import table_format
 
         given, cfg = cfg, resolve_registry_schema(cfg)  # a registry format: columns, pinned
@@ -74,7 +75,8 @@ class Pipeline:
         self.format = fmt
         self.tables: PipelineTables = fmt.open_tables(cfg, self.faults)
         self.source = SourceSettings(cfg, self.tables.main)
-        self._session = SparkHandle(cfg, self.source.reader, spark)
+        needs = self.tables.spark_needs if isinstance(self.tables, WritesBatches) else None
+        self._session = SparkHandle(cfg, self.source.reader, spark, needs)
         self.stats = RunStats()
         # metrics exporter, batch log, progress displays (pipeline.observe.base)
         self.observers = Observers()

@@ -50,6 +50,12 @@ class HudiConfig(_Model):
     # s3:// tables: pyiceberg-style s3.* keys (s3.endpoint, s3.access-key-id, ...);
     # unset keys fall back to the AWS default credential chain
     properties: dict[str, str] = Field(default_factory=dict)
+    # native: our copy-on-write writer (table version 6); spark: Hudi's own writer through
+    # its Spark bundle (table version 9, metadata table; PySpark 3.5 only)
+    writer: Literal["native", "spark"] = "native"
+    # writer spark: Hudi's write operation (insert may rewrite small file groups;
+    # bulk_insert never touches existing files)
+    operation: Literal["insert", "bulk_insert"] = "insert"
 
 
 class SinkConfig(_Model):

@@ -14,6 +14,9 @@ this protocol:
 * :meth:`TableFormat.status` -- what ``ingest status`` shows per table, as plain data
   (:class:`TableStatus`) the status tool renders;
 * :meth:`TableFormat.local_sink` -- the sink settings a throw-away local pipeline needs.
+
+Tables whose batches are not written by the pipeline's own tasks (Hudi's Spark writer)
+also implement :class:`WritesBatches`: the session they need and the batch writer.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pipeline.columns.evolution import Change
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.commit.types import TableCommitter
+from pipeline.commit.types import StagedBatch, TableCommitter
 from pipeline.config import PipelineConfig
 from pipeline.spark.writer import TaskPlan
 
@@ -39,6 +42,7 @@ __all__ = [
     "TableRef",
     "TableSet",
     "TableStatus",
+    "WritesBatches",
 ]
 
 #: How a table is read: through pyiceberg (a catalog identifier) or hudi-rs (a base path).
@@ -121,6 +125,24 @@ class PipelineTables(Protocol):
     def task_plan(
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan: ...
+
+
+class BatchWrite(Protocol):
+    def write(self, write_id: str, drop_below: PartitionOffsets) -> StagedBatch: ...
+
+
+@runtime_checkable
+class WritesBatches(Protocol):
+    """Tables that write each batch themselves, through an engine of their own."""
+
+    def spark_needs(self) -> tuple[list[str], dict[str, str]]:
+        """``(jars, conf)`` the driver's session must be built with."""
+        ...
+
+    def batch_writer(self, df: Any) -> BatchWrite:
+        """The writer of one batch's raw Kafka rows ``df`` (the coordinator's ``WriteFn``
+        is its ``write``)."""
+        ...
 
 
 class TableFormat(Protocol):

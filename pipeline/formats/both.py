@@ -33,6 +33,7 @@ from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
+from pipeline.errors import ConfigError
 from pipeline.formats.base import TableSet, TableStatus
 from pipeline.formats.hudi.format import HudiFormat
 from pipeline.formats.hudi.pipeline_tables import HudiTables
@@ -221,6 +222,11 @@ class DualFormat:
     name = "both"
 
     def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> DualTables:
+        if cfg.sink.hudi is not None and cfg.sink.hudi.writer == "spark":
+            raise ConfigError(
+                "sink.format both writes its Hudi table with the native writer; "
+                "sink.hudi.writer: spark is for sink.format hudi"
+            )
         return DualTables.from_config(cfg, faults if faults is not None else FaultPoints())
 
     def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:

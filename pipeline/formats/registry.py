@@ -32,7 +32,13 @@ def format_named(name: str) -> TableFormat:
 
 
 def table_format(cfg: PipelineConfig) -> TableFormat:
-    """The format of ``cfg``'s sink."""
+    """The format of ``cfg``'s sink (``hudi`` written by Hudi's own Spark writer when
+    ``sink.hudi.writer`` is ``spark``)."""
+    hudi = cfg.sink.hudi
+    if cfg.sink.format == "hudi" and hudi is not None and hudi.writer == "spark":
+        from pipeline.formats.hudi_spark.format import HudiSparkFormat
+
+        return HudiSparkFormat()
     return format_named(cfg.sink.format)
 
 

@@ -20,7 +20,7 @@ from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import BatchOutcome, WriteFn
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
-from pipeline.formats.base import PipelineTables
+from pipeline.formats.base import PipelineTables, WritesBatches
 from pipeline.observe.base import Observers
 from pipeline.runtime.fencing import FenceGuard
 from pipeline.runtime.source_settings import SourceSettings
@@ -148,6 +148,9 @@ class BatchRunner:
 
     def _writer(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> Any:
         from pipeline.spark.batch import BatchWriter
+
+        if isinstance(self.tables, WritesBatches):  # Hudi's Spark writer: its own engine
+            return self.tables.batch_writer(df)
 
         armed = ",".join(
             f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"

@@ -14,10 +14,17 @@ class SparkHandle:
     """The session given to the pipeline, else one built from ``cfg.spark`` on first use
     (with the source reader's jars); the reader's format is registered on it either way."""
 
-    def __init__(self, cfg: PipelineConfig, reader: SourceReader, spark: Any | None = None) -> None:
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        reader: SourceReader,
+        spark: Any | None = None,
+        needs: Callable[[], tuple[list[str], dict[str, str]]] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.reader = reader
         self._spark = spark
+        self._needs = needs  # the table writer's jars and session settings
         if spark is not None:
             reader.register(spark)
 
@@ -26,8 +33,13 @@ class SparkHandle:
             from pipeline.spark.session import build_spark
 
             s = self.cfg.spark
+            jars, conf = self._needs() if self._needs is not None else ([], {})
             self._spark = build_spark(
-                s.app_name, s.master, s.conf, jars=self.reader.jars(), class_archive=s.class_archive
+                s.app_name,
+                s.master,
+                {**conf, **s.conf},
+                jars=[*self.reader.jars(), *jars],
+                class_archive=s.class_archive,
             )
             self.reader.register(self._spark)
         return self._spark

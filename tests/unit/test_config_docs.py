@@ -257,6 +257,14 @@ _COMPANIONS = {
     "sink.format=hudi": ["sink.hudi.basePath=/x"],
     "sink.format=both": ["sink.hudi.basePath=/x"],
     **{
+        f"sink.hudi.{key}={value}": ["sink.hudi.basePath=/x"]
+        for key, values in (
+            ("writer", ("native", "spark")),
+            ("operation", ("insert", "bulk_insert")),
+        )
+        for value in values
+    },
+    **{
         f"decode.format={f}": ["decode.schema=[]", "decode.registry.url=http://r"]
         for f in ("avro", "protobuf", "json-schema")
     },

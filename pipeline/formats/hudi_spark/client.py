@@ -21,13 +21,14 @@ everything else is Hudi's default (the metadata table included).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import CommitError, ConfigError
 
 __all__ = [
+    "LAYOUT_OPTIONS",
     "PROTOCOL_OPTIONS",
     "SESSION_SETTINGS",
     "SUPPORTED_LINE",
@@ -51,6 +52,13 @@ PROTOCOL_OPTIONS: dict[str, str] = {
     "hoodie.write.lock.provider": (
         "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
     ),
+}
+
+#: Hudi settings that keep the table's layout what ``sink.hudi.partitionFields`` promises
+#: (the native writer's): ``<field>=<value>`` directories, values escaped as Hive escapes them
+LAYOUT_OPTIONS: dict[str, str] = {
+    "hoodie.datasource.write.hive_style_partitioning": "true",
+    "hoodie.datasource.write.partitionpath.urlencode": "true",
 }
 
 #: Spark settings Hudi's Spark package requires of the session
@@ -99,6 +107,7 @@ def table_options(
         "hoodie.datasource.write.recordkey.field": ",".join(record_key_fields),
         "hoodie.datasource.write.partitionpath.field": ",".join(partition_fields),
         "hoodie.datasource.write.keygenerator.class": keygen,
+        **LAYOUT_OPTIONS,
         **PROTOCOL_OPTIONS,
     }
 
@@ -128,15 +137,30 @@ class Written:
 
 
 class HudiSparkClient:
-    """One table at ``base_path`` through our helper on the session's JVM."""
+    """One table at ``base_path`` through our helper on the session's JVM. ``spark``: the
+    session, or a function returning it (tables are opened before the session is built)."""
 
-    def __init__(self, spark: Any, base_path: str, options: Mapping[str, str]) -> None:
-        self.spark = spark
+    def __init__(
+        self, spark: Any | Callable[[], Any], base_path: str, options: Mapping[str, str]
+    ) -> None:
+        self._spark = spark
         self.base_path = base_path
         self.options = dict(options)
-        jvm = spark.sparkContext._jvm
-        self._helper = jvm.ingest.hudi.TwoPhaseWriter
-        self._jvm = jvm
+
+    def session(self) -> Any:
+        return self._spark() if callable(self._spark) else self._spark
+
+    @property
+    def spark(self) -> Any:
+        return self.session()
+
+    @property
+    def _jvm(self) -> Any:
+        return self.spark.sparkContext._jvm
+
+    @property
+    def _helper(self) -> Any:
+        return self._jvm.ingest.hudi.TwoPhaseWriter
 
     def _map(self, values: Mapping[str, str]) -> Any:
         out = self._jvm.java.util.HashMap()

@@ -45,6 +45,7 @@ from pipeline.commit.instant import BatchIdentity, parse_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError
+from pipeline.formats.base import LastBatch, TableStatus
 from pipeline.formats.hudi.layout import META_DIR, TablePaths
 from pipeline.formats.hudi.storage import TableFiles
 from pipeline.formats.hudi_spark.client import HudiSparkClient, Written
@@ -159,6 +160,29 @@ class HudiSparkCommitter:
 
     def table(self) -> None:
         return None  # no pyiceberg table (Iceberg-only callers skip)
+
+    def status(self, pipeline_id: str) -> TableStatus:
+        """What ``ingest status`` shows: the commits on Hudi's timeline, our last batch."""
+        name = f"Hudi table {self.client.options.get('hoodie.table.name', '')} (Hudi's writer)"
+        if not self.exists():
+            return TableStatus(name, self.base, exists=False)
+        commits = sum(1 for _ in self._summaries())
+        cp = self.latest_checkpoint(pipeline_id)
+        last = None
+        if cp is not None:
+            last = LastBatch(
+                pipeline_id=cp.pipeline_id,
+                batch_id=cp.batch_id,
+                incarnation=cp.incarnation,
+                epoch=cp.epoch,
+                instant=cp.instant,
+                committed_at=self.last_commit_time(pipeline_id),
+                committed_offsets=cp.committed_offsets,
+            )
+        return TableStatus(
+            name, self.base, exists=True, commits=f"{commits} completed commits",
+            history="timeline", last_batch=last,
+        )  # fmt: skip
 
     # -- fencing -------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import org.apache.hudi.common.model.HoodieAvroIndexedRecord;
 import org.apache.hudi.common.model.HoodieKey;
 import org.apache.hudi.common.model.HoodieRecord;
 import org.apache.hudi.common.model.HoodieTableType;
+import org.apache.hudi.common.model.HoodieTimelineTimeZone;
 import org.apache.hudi.common.model.HoodieWriteStat;
 import org.apache.hudi.common.model.WriteOperationType;
 import org.apache.hudi.common.table.HoodieTableMetaClient;
@@ -61,6 +62,8 @@ import org.apache.spark.sql.SparkSession;
 public final class TwoPhaseWriter {
 
   private static final String RECORD_NAME = "record";
+  private static final String HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning";
+  private static final String URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode";
   private static final ObjectMapper JSON = JsonUtils.getObjectMapper();
 
   private TwoPhaseWriter() {}
@@ -176,6 +179,10 @@ public final class TwoPhaseWriter {
         .setPartitionFields(options.getOrDefault("hoodie.datasource.write.partitionpath.field", ""))
         .setKeyGeneratorClassProp(options.get("hoodie.datasource.write.keygenerator.class"))
         .setPopulateMetaFields(true)
+        .setHiveStylePartitioningEnable(Boolean.parseBoolean(options.get(HIVE_STYLE)))
+        .setUrlEncodePartitioning(Boolean.parseBoolean(options.get(URL_ENCODE)))
+        // the pipeline names instants in UTC: Hudi's own (rollback, clean) must sort with them
+        .setCommitTimezone(HoodieTimelineTimeZone.UTC)
         .initTable(new HadoopStorageConfiguration(spark.sparkContext().hadoopConfiguration()), basePath);
     return true;
   }

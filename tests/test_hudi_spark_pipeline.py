@@ -2,10 +2,14 @@
 writer (``hudi-spark3.5-bundle_2.12``), on PySpark 3.5.7 in its own environment
 (``scripts/spark-line-env.sh 3.5.7``), reading real Apache Kafka with Spark's Kafka source.
 
-Driver processes are started and SIGKILLed at the protocol's fault points; the tables
-(main, partitioned by country, and dead letters) are then read by hudi-rs, a reader
-independent of the writer, and every (topic, partition, offset) produced is in exactly
-one of them, once. The tables are Hudi's own: table version 9, with a metadata table.
+Driver processes are started and SIGKILLed at the protocol's fault points (after the
+write: the next run rolls the instant back through Hudi; after the precommit: it recommits
+it from the journal's statistics). The tables -- main (partitioned by country, or not) and
+dead letters -- are then read by hudi-rs, by Hudi's own Spark datasource (snapshot; each
+commit incrementally, which must return exactly the ranges its checkpoint records; time
+travel as of each commit) and by ``ingest verify``: every (topic, partition, offset)
+produced is in exactly one of them, once. The tables are Hudi's own: table version 9, with
+a metadata table.
 
 On any other Spark line the option is refused in one line naming the supported one.
 """
@@ -20,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import hudi_coords, pipeline_config, produced, write_config
+from support.drivers import hudi_coords, pipeline_config, produced, run_cli, write_config
+from support.jvm_readers import check_commits, coord_counts, hudi_spark_read
 from support.kafka_fixtures import KafkaTestBroker
 
 from pipeline.config import parse_config
@@ -32,17 +37,27 @@ from pipeline.tools.generator import GeneratorSpec, produce
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _config(tmp: Path, bootstrap: str, topic: str) -> dict[str, Any]:
-    sink = {
-        "format": "hudi",
-        "table": "db.events",
-        "hudi": {
-            "basePath": str(tmp / "hudi" / "events"),
-            "partitionFields": ["country"],
-            "writer": "spark",
-        },
-    }
-    return pipeline_config(tmp, bootstrap, topic, sink, source={"reader": "spark"})
+def _config(tmp: Path, bootstrap: str, topic: str, partitioned: bool = True) -> dict[str, Any]:
+    hudi: dict[str, Any] = {"basePath": str(tmp / "hudi" / "events"), "writer": "spark"}
+    if partitioned:
+        hudi["partitionFields"] = ["country"]
+    sink = {"format": "hudi", "table": "db.events", "hudi": hudi}
+    source = {"reader": "spark", "maxRecordsPerTrigger": 300}
+    return pipeline_config(tmp, bootstrap, topic, sink, source=source)
+
+
+def _readers_agree(jvm_reader: dict[str, str], config: Path, base: Path, want: Any) -> None:
+    """hudi-rs, Hudi's Spark datasource and ``ingest verify`` on the two tables."""
+    dead = Path(f"{base}_dead_letter")
+    main_rs, dead_rs = hudi_coords(base), hudi_coords(dead)
+    assert main_rs + dead_rs == want  # every offset once, nothing else
+    assert sum(dead_rs.values()) > 0 and not (set(main_rs) & set(dead_rs))
+    docs = hudi_spark_read(jvm_reader, base, dead)
+    assert coord_counts(docs[str(base)]["coords"]) == main_rs
+    assert coord_counts(docs[str(dead)]["coords"]) == dead_rs
+    assert check_commits(docs[str(base)], docs[str(dead)]) >= 3
+    verified = run_cli("verify", "--config", str(config), timeout=300)
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
 
 
 def _python35() -> str:
@@ -69,7 +84,7 @@ def _run(python: str, config: Path, fault: str | None = None) -> subprocess.Comp
 
 @pytest.mark.slow
 def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
-    kafka_broker: KafkaTestBroker, tmp_path: Path
+    jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
     python = _python35()
     bootstrap = kafka_broker.bootstrap_servers
@@ -87,17 +102,33 @@ def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
             assert r.returncode == -signal.SIGKILL, (fault, r.returncode, r.stderr[-3000:])
             r = _run(python, config)
             assert r.returncode == 0, r.stderr[-3000:]
+            if fault.startswith("after-precommit"):
+                assert "recommitted" in r.stdout, r.stdout[-3000:]
 
-    main, dead = hudi_coords(base), hudi_coords(Path(f"{base}_dead_letter"))
-    assert sum(dead.values()) == 3 * 20  # the malformed records, in the dead-letter table
-    assert main + dead == produced(*results)  # every offset once, nothing else
-    assert not (set(main) & set(dead))
+    assert sum(hudi_coords(Path(f"{base}_dead_letter")).values()) == 3 * 20  # the malformed
+    _readers_agree(jvm_reader, config, base, produced(*results))
     properties = (base / ".hoodie" / "hoodie.properties").read_text()
     assert "hoodie.table.version=9" in properties  # Hudi's own writer made it
     assert (base / ".hoodie" / "metadata" / ".hoodie").is_dir()  # with its metadata table
     assert {p.name.split("=")[0] for p in base.iterdir() if not p.name.startswith(".")} == {
         "country"
     }
+
+
+@pytest.mark.slow
+def test_an_unpartitioned_table_reads_the_same_in_every_reader(
+    jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    python = _python35()
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic("hudi-spark-flat", 3)
+    config = write_config(tmp_path, _config(tmp_path, bootstrap, topic, partitioned=False))
+    result = produce(bootstrap, topic, GeneratorSpec(count=900, malformed_fraction=0.03, seed=7))
+    r = _run(python, config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    base = tmp_path / "hudi" / "events"
+    assert not [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    _readers_agree(jvm_reader, config, base, produced(result))
 
 
 def test_writer_spark_is_refused_on_other_spark_lines(tmp_path: Path) -> None:

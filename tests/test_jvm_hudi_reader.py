@@ -29,13 +29,11 @@ Spark bundle is built for Spark 3.5 only on Maven Central (none for the project'
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.drivers import (
-    Coord,
     arrow_coords,
     hudi_coords,
     hudi_read,
@@ -47,59 +45,22 @@ from support.drivers import (
     run_driver_ok,
     write_config,
 )
-from support.jvm_readers import coord_counts, hudi_spark_read
+from support.jvm_readers import (
+    batch_ranges,
+    check_commits,
+    coord_counts,
+    covered,
+    hudi_spark_read,
+)
 from support.kafka_fixtures import KafkaTestBroker
 from support.s3_fixtures import S3Server
 
 from pipeline.commit.checkpoint import (
-    PIPELINE_ID_KEY,
     RANGES_BEFORE_KEY,
     RANGES_KEY,
-    parse_ranges,
 )
-from pipeline.commit.history import Intervals, parse_intervals
-from pipeline.commit.maintenance import COMPACTION_KEY
+from pipeline.commit.history import parse_intervals
 from pipeline.tools.generator import GeneratorSpec, produce
-
-
-def _check_commits(*docs: dict[str, Any]) -> int:
-    """Per table: each batch commit's incremental rows are exactly its recorded ranges (main
-    and dead letters together), a compaction's are none, and time travel counts rows so far.
-    Returns the number of batch commits."""
-    batches: dict[tuple[str, str], Counter[Coord]] = {}
-    ranges: dict[tuple[str, str], str] = {}
-    for doc in docs:
-        total = 0
-        for commit in doc["commits"]:
-            extra, got = commit["extra"], coord_counts(commit["incremental"])
-            if commit["action"] == "replacecommit":
-                assert extra.get(COMPACTION_KEY) == "true" and not got, commit["instant"]
-            else:
-                assert PIPELINE_ID_KEY in extra, commit
-                key = (extra["ingest.incarnation"], extra["ingest.batch-id"])
-                assert ranges.setdefault(key, extra[RANGES_KEY]) == extra[RANGES_KEY]
-                batches[key] = batches.get(key, Counter()) + got
-                total += sum(got.values())
-            assert commit["as_of_rows"] == total, commit["instant"]
-        assert total == doc["rows"]
-    for key, text in ranges.items():
-        assert batches[key] == _covered(_batch_ranges(text)), key
-    return len(ranges)
-
-
-def _batch_ranges(text: str) -> Intervals:
-    """A commit's ``ingest.ranges`` as intervals (one [start, end) per partition)."""
-    return {tp: [span] for tp, span in parse_ranges(text, RANGES_KEY).items()}
-
-
-def _covered(intervals: Intervals) -> Counter[Coord]:
-    """Every (topic, partition, offset) the [start, end) intervals cover, once."""
-    return Counter(
-        (tp.topic, tp.partition, o)
-        for tp, spans in intervals.items()
-        for a, b in spans
-        for o in range(a, b)
-    )
 
 
 @pytest.mark.slow
@@ -151,7 +112,7 @@ def test_hudi_spark_reads_snapshots_commits_increments_and_time_travel(
     assert coord_counts(theirs["coords"]) == rs[dead]
     assert coord_counts(ours["coords"]) + coord_counts(theirs["coords"]) == produced(*results)
     assert "replacecommit" in {c["action"] for c in ours["commits"]}
-    assert _check_commits(ours, theirs) >= 4
+    assert check_commits(ours, theirs) >= 4
 
 
 @pytest.mark.slow
@@ -200,13 +161,13 @@ def test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg(
     commits = doc["commits"]
     assert len(commits) < 20 and {c["action"] for c in commits} == {"commit"}  # replacecommit gone
     oldest, *retained = commits
-    before = _covered(parse_intervals(oldest["extra"][RANGES_BEFORE_KEY], RANGES_BEFORE_KEY))
+    before = covered(parse_intervals(oldest["extra"][RANGES_BEFORE_KEY], RANGES_BEFORE_KEY))
     assert oldest["as_of_rows"] == sum(n for c, n in ours.items() if c in before) + len(
         oldest["incremental"]
     )
     total = oldest["as_of_rows"]
     for commit in retained:  # each read from the previous retained commit
-        want = _covered(_batch_ranges(commit["extra"][RANGES_KEY])) - dead  # dead: Iceberg's
+        want = covered(batch_ranges(commit["extra"][RANGES_KEY])) - dead  # dead: Iceberg's
         assert coord_counts(commit["incremental"]) == want, commit["instant"]
         total += sum(want.values())
         assert commit["as_of_rows"] == total, commit["instant"]

@@ -69,6 +69,13 @@ def drill(
             "drill once per reader); default: auto"
         ),
     ] = None,
+    hudi_writer: Annotated[
+        str,
+        typer.Option(
+            help="sink.hudi.writer of the Hudi drills: native | spark (Hudi's own writer; "
+            "PySpark 3.5)"
+        ),
+    ] = "native",
     out_dir: Annotated[
         Path, typer.Option("--out", help="report.json, timeline.png, work dirs")
     ] = Path("./drills"),
@@ -115,6 +122,8 @@ def drill(
     bad = [r for r in readers if r not in ("auto", "python", "spark")]
     if bad:
         raise UsageError(f"--reader {bad[0]!r}: allowed: python, spark")
+    if hudi_writer not in ("native", "spark"):
+        raise UsageError(f"--hudi-writer {hudi_writer!r}: allowed: native, spark")
     long_run = None
     if soak is not None:
         long_run = _long_run("--soak", soak, format_ or [])
@@ -139,7 +148,11 @@ def drill(
         )
         if fast and kills is not None:
             specs = [dataclasses.replace(s, kills=kills) for s in specs]
-        specs = [dataclasses.replace(s, reader=r) for s in specs for r in readers]
+        specs = [
+            dataclasses.replace(s, reader=r, hudi_writer=hudi_writer)
+            for s in specs
+            for r in readers
+        ]
     if bootstrap is not None:
         require_broker(bootstrap)
     setup_logging("drill", screen=logging.WARNING)

@@ -92,17 +92,21 @@ def _commits(spark: Any, base: str) -> list[dict[str, Any]]:
         .build()
     )
     timeline = meta.getActiveTimeline().getCommitsTimeline().filterCompletedInstants()
+    # an incremental query's bounds are completion times on table version 8 and later
+    # (Hudi's own writer), requested times before (the native writer's version 6)
+    by_completion = meta.getTableConfig().getTableVersion().versionCode() >= 8
     out: list[dict[str, Any]] = []
     previous = "000"
     for instant in timeline.getInstants().toArray():
         time = instant.requestedTime()
-        details = timeline.getInstantDetails(instant).get()
-        meta_json = json.loads(bytes(details).decode("utf-8"))
+        mark = instant.getCompletionTime() if by_completion else time
+        # Hudi's own parser: JSON on table version 6 (the native writer), Avro on 9
+        extra = timeline.readCommitMetadata(instant).getExtraMetadata()
         incremental = (
             _reader(spark)
             .option("hoodie.datasource.query.type", "incremental")
             .option("hoodie.datasource.read.begin.instanttime", previous)
-            .option("hoodie.datasource.read.end.instanttime", time)
+            .option("hoodie.datasource.read.end.instanttime", mark)
             .load(base)
         )
         as_of = _reader(spark).option("as.of.instant", time).load(base)
@@ -110,12 +114,12 @@ def _commits(spark: Any, base: str) -> list[dict[str, Any]]:
             {
                 "instant": time,
                 "action": instant.getAction(),
-                "extra": meta_json.get("extraMetadata", {}),
+                "extra": {str(k): str(v) for k, v in extra.items()},
                 "incremental": _coords(incremental),
                 "as_of_rows": as_of.count(),
             }
         )
-        previous = time
+        previous = mark
     return out
 
 

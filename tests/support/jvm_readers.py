@@ -16,6 +16,11 @@ from typing import Any
 
 import pytest
 
+from pipeline.commit.checkpoint import PIPELINE_ID_KEY, RANGES_KEY, parse_ranges
+from pipeline.commit.history import Intervals
+from pipeline.commit.maintenance import COMPACTION_KEY
+from support.drivers import Coord
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENV_SCRIPT = ROOT / "scripts" / "jvm-reader-env.sh"
 HUDI_READER = ROOT / "tests" / "jvm_reader" / "read_hudi.py"
@@ -103,3 +108,43 @@ def hudi_spark_services(env: dict[str, str], base: Path, *flags: str) -> dict[st
 def coord_counts(rows: list[list[Any]]) -> Counter[tuple[str, int, int]]:
     """The (topic, partition, offset) rows of a reader's document, counted."""
     return Counter((t, p, o) for t, p, o in rows)
+
+
+def check_commits(*docs: dict[str, Any]) -> int:
+    """Per table: each batch commit's incremental rows are exactly its recorded ranges (main
+    and dead letters together), a compaction's are none, and time travel counts rows so far.
+    Returns the number of batch commits."""
+    batches: dict[tuple[str, str], Counter[Coord]] = {}
+    ranges: dict[tuple[str, str], str] = {}
+    for doc in docs:
+        total = 0
+        for commit in doc["commits"]:
+            extra, got = commit["extra"], coord_counts(commit["incremental"])
+            if commit["action"] == "replacecommit":
+                assert extra.get(COMPACTION_KEY) == "true" and not got, commit["instant"]
+            else:
+                assert PIPELINE_ID_KEY in extra, commit
+                key = (extra["ingest.incarnation"], extra["ingest.batch-id"])
+                assert ranges.setdefault(key, extra[RANGES_KEY]) == extra[RANGES_KEY]
+                batches[key] = batches.get(key, Counter()) + got
+                total += sum(got.values())
+            assert commit["as_of_rows"] == total, commit["instant"]
+        assert total == doc["rows"]
+    for key, text in ranges.items():
+        assert batches[key] == covered(batch_ranges(text)), key
+    return len(ranges)
+
+
+def batch_ranges(text: str) -> Intervals:
+    """A commit's ``ingest.ranges`` as intervals (one [start, end) per partition)."""
+    return {tp: [span] for tp, span in parse_ranges(text, RANGES_KEY).items()}
+
+
+def covered(intervals: Intervals) -> Counter[Coord]:
+    """Every (topic, partition, offset) the [start, end) intervals cover, once."""
+    return Counter(
+        (tp.topic, tp.partition, o)
+        for tp, spans in intervals.items()
+        for a, b in spans
+        for o in range(a, b)
+    )

@@ -104,17 +104,30 @@ class HudiSparkCommitter:
     def exists(self) -> bool:
         return self.files.stat(f"{META_DIR}/hoodie.properties") is not None
 
+    def _has_commits(self) -> bool:
+        """A completed commit on the timeline (``<requested>_<completed>.commit``): until
+        then the table may be half created (its properties being written by a batch)."""
+        names = self.files.listdir(f"{META_DIR}/timeline") or []
+        return any("_" in n and n.endswith(".commit") for n in names)
+
     def _summaries(self) -> Iterator[tuple[str, dict[str, str]]]:
         """``(instant, extraMetadata)`` of the completed commits, newest first."""
-        if not self.exists():
+        if not self._has_commits():
             return
         import hudi
 
-        table = (
-            hudi.HudiTableBuilder.from_base_uri(self.files.uri())
-            .with_storage_options(self.storage_options)
-            .build()
-        )
+        for attempt in range(3):  # hoodie.properties is rewritten in place (upgrades)
+            try:
+                table = (
+                    hudi.HudiTableBuilder.from_base_uri(self.files.uri())
+                    .with_storage_options(self.storage_options)
+                    .build()
+                )
+                break
+            except Exception as e:  # hudi-rs raises its own HudiCoreError
+                if attempt == 2:
+                    raise CommitError(f"Hudi table {self.base} is unreadable: {e}") from e
+                time.sleep(0.2)
         timeline = table.get_timeline()
         for instant in timeline.get_completed_commits(desc=True):
             doc = json.loads(timeline.get_instant_metadata_in_json(instant))

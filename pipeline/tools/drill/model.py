@@ -47,17 +47,22 @@ class DrillSpec:
     storage: Storage = "local"
     # the pipeline's source.reader (auto: $INGEST_SOURCE_READER, else the Spark's default)
     reader: str = "auto"
+    # sink.hudi.writer of a Hudi drill: native, or spark (Hudi's own writer, PySpark 3.5)
+    hudi_writer: str = "native"
 
     @property
     def label(self) -> str:
         """The scenario's name in reports (``kill@cluster``: the kill drill on a cluster;
         ``zombie@s3``: with the tables on S3; ``kill@spark-reader``: read through Spark's
-        Kafka source, ``kill@python-reader`` through ours, when chosen explicitly)."""
+        Kafka source, ``kill@python-reader`` through ours, when chosen explicitly;
+        ``kill@spark-writer``: Hudi's table written by Hudi's own Spark writer)."""
         name = self.scenario
         if self.cluster and self.scenario not in CLUSTER_ONLY:
             name += "@cluster"
         if self.storage == "s3":
             name += "@s3"
+        if self.hudi_writer != "native" and self.table_format == "hudi":
+            name += f"@{self.hudi_writer}-writer"
         return name if self.reader == "auto" else f"{name}@{self.reader}-reader"
 
 

@@ -38,6 +38,8 @@ def drill_config(
     lake = f"s3://{s3.new_bucket('drill')}" if s3 is not None else str(workdir)
     if spec.table_format in ("hudi", "both"):
         sink["hudi"] = {"basePath": f"{lake}/hudi/events"}
+        if spec.table_format == "hudi" and spec.hudi_writer != "native":
+            sink["hudi"]["writer"] = spec.hudi_writer
         if s3 is not None:
             sink["hudi"]["properties"] = s3.properties()
     if spec.table_format in ("iceberg", "both"):

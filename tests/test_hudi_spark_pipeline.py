@@ -4,7 +4,8 @@ writer (``hudi-spark3.5-bundle_2.12``), on PySpark 3.5.7 in its own environment
 
 Driver processes are started and SIGKILLed at the protocol's fault points (after the
 write: the next run rolls the instant back through Hudi; after the precommit: it recommits
-it from the journal's statistics). The tables -- main (partitioned by country, or not) and
+it from the journal's statistics). Both decode engines: Arrow for the partitioned table,
+Spark SQL for the unpartitioned one. The tables -- main (partitioned by country, or not) and
 dead letters -- are then read by hudi-rs, by Hudi's own Spark datasource (snapshot; each
 commit incrementally, which must return exactly the ranges its checkpoint records; time
 travel as of each commit) and by ``ingest verify``: every (topic, partition, offset)
@@ -43,7 +44,10 @@ def _config(tmp: Path, bootstrap: str, topic: str, partitioned: bool = True) -> 
         hudi["partitionFields"] = ["country"]
     sink = {"format": "hudi", "table": "db.events", "hudi": hudi}
     source = {"reader": "spark", "maxRecordsPerTrigger": 300}
-    return pipeline_config(tmp, bootstrap, topic, sink, source=source)
+    cfg = pipeline_config(tmp, bootstrap, topic, sink, source=source)
+    # the partitioned table decodes with the Arrow decoder (the default), the other with Spark
+    cfg["decode"]["engine"] = "arrow" if partitioned else "spark"
+    return cfg
 
 
 def _readers_agree(jvm_reader: dict[str, str], config: Path, base: Path, want: Any) -> None:

@@ -41,9 +41,9 @@ def test_table_options_pick_the_key_generator_and_keep_the_protocol_settings() -
 
 def test_written_round_trips_through_json() -> None:
     stats = [
-        '{"path": "day=1/f1.parquet", "numWrites": 3}',
-        '{"path": "f2.parquet", "numWrites": 4}',
-    ]
+        '{"path": "day=1/f1.parquet", "numWrites": 30, "numInserts": 3}',
+        '{"path": "f2.parquet", "numWrites": 4, "numInserts": 4}',
+    ]  # f1: a small file insert rewrote, 27 of its records from earlier commits
     w = Written(stats, '{"pending": []}', '{"type": "record"}')
     assert Written.from_json(w.as_json()) == w
     assert w.records == 7 and w.paths == ["day=1/f1.parquet", "f2.parquet"]

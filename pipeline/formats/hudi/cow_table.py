@@ -194,6 +194,13 @@ class HudiTable:
         where = f"Hudi table at {self.base}"
         if props is None:
             raise CommitError(f"{where}: .hoodie exists but has no {PROPERTIES}")
+        version = props.get("hoodie.table.version", "")
+        if version.isdigit() and int(version) >= 8:
+            raise ConfigError(
+                f"{where} was written by Hudi's own writer (table version {version}); the "
+                "native writer writes version 6 tables only: keep sink.hudi.writer: spark "
+                "for it, or write a new table"
+            )
         problems = []
         if props.get("hoodie.table.version") != TABLE_VERSION:
             problems.append(f"table version {props.get('hoodie.table.version')} (need 6)")

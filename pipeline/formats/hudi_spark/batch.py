@@ -1,25 +1,27 @@
 """Worker side of ``sink.hudi.writer: spark``: one batch written by Hudi's Spark writer.
 
     HudiSparkBatchWriter.write(write_id, drop_below)
-        decode(rows)                   Spark SQL (``from_json``), kept for three jobs
+        decode(rows)                   decode.engine spark: Spark SQL (``from_json``);
+                                       arrow (and the registry formats): the Arrow decoder
+                                       in ``mapInArrow``; kept for three jobs
         ├─ statistics                  per (topic, partition): offsets seen, written, dropped,
         │                              dead letters, records with unknown fields
         ├─ main rows      → Hudi       begin(T) + write(T): Hudi's data files, T inflight
         └─ dead letters   → Hudi       the same on the dead-letter table (when there are any)
                                        → StagedBatch of journal descriptors
 
-Everything runs in the JVM: no Python worker touches a row. Rows at offsets the main table
-already holds (``drop_below``) are dropped before either write and counted (invariant 5).
-A table that gets no rows gets no instant: its commit, if any, is the committer's empty
-one. The batch's rows come from Spark's Kafka source (the reader of the PySpark 3.5 line
-this writer runs on); they are decoded by Spark SQL whatever ``decode.engine`` says.
+After the decode everything runs in the JVM. Rows at offsets the main table already holds
+(``drop_below``) are dropped before either write and counted (invariant 5). A table that
+gets no rows gets no instant: its commit, if any, is the committer's empty one. The
+batch's rows come from Spark's Kafka source (the reader of the PySpark 3.5 line this
+writer runs on).
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +62,7 @@ class HudiSparkBatchWriter:
         from pyspark.sql import functions as F
 
         instant, _tag = parse_write_id(write_id)
-        decoded = decode(self.df, self.decode, self.data_ddl, self.include_headers)
+        decoded = self._decoded()
         dropped = functools.reduce(
             operator.or_,
             (
@@ -95,6 +97,26 @@ class HudiSparkBatchWriter:
             return staged
         finally:
             rows.unpersist()
+
+    def _decoded(self) -> Any:
+        """The batch decoded: data columns, Kafka coordinates, error, raw columns."""
+        if self.decode.engine == "spark":
+            return decode(self.df, self.decode, self.data_ddl, self.include_headers)
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from pipeline.decode.arrow import ArrowDecoder
+        from pipeline.source.reader import record_schema
+
+        decoder = ArrowDecoder(self.decode, self.include_headers)
+        raw = record_schema(self.include_headers)
+        out = decoder.decode(pa.RecordBatch.from_pylist([], schema=raw)).schema
+
+        def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            # Spark hands timestamps in the session's time zone: the reader's own schema
+            return (decoder.decode(b.cast(raw)) for b in batches if b.num_rows)
+
+        return self.df.mapInArrow(task, from_arrow_schema(out))
 
     def _write(self, client: HudiSparkClient, df: Any, instant: str) -> list[bytes]:
         client.begin(instant)

@@ -129,7 +129,9 @@ class Written:
 
     @property
     def records(self) -> int:
-        return sum(int(json.loads(s).get("numWrites", 0)) for s in self.stats)
+        """Records this write added: a file ``insert`` rewrote (Hudi packs new records
+        into small files) also holds the records of earlier commits."""
+        return sum(int(json.loads(s).get("numInserts", 0)) for s in self.stats)
 
     @property
     def paths(self) -> list[str]:

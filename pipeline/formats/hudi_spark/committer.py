@@ -233,7 +233,8 @@ class HudiSparkCommitter:
     def describe(self, descriptor: bytes) -> tuple[str, int, int]:
         stat = _load(descriptor)["stat_doc"]
         path = self.files.uri(str(stat["path"]))
-        return path, int(stat.get("fileSizeInBytes") or 0), int(stat.get("numWrites") or 0)
+        # numInserts: the records this batch added (a rewritten small file holds older ones)
+        return path, int(stat.get("fileSizeInBytes") or 0), int(stat.get("numInserts") or 0)
 
     def file_size(self, path: str) -> int | None:
         base = self.files.uri().rstrip("/") + "/"

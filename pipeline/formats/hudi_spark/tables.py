@@ -30,7 +30,7 @@ from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.formats.hudi.layout import META_DIR, TablePaths
+from pipeline.formats.hudi.layout import META_DIR, PROPERTIES, TablePaths, parse_properties
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS
 from pipeline.formats.hudi.storage import TableFiles, is_object_store, open_location, table_base
 from pipeline.formats.hudi_spark.batch import HudiSparkBatchWriter
@@ -46,6 +46,21 @@ from pipeline.spark.writer import TaskPlan
 from pipeline.storage.s3 import journal_store_for
 
 __all__ = ["HudiSparkTables", "SparkTimeline"]
+
+
+def check_table_version(files: TableFiles) -> None:
+    """Refuse, in one line, a table the native writer made (version 6): Hudi's writer would
+    upgrade it in place to version 9, which the native writer then cannot write."""
+    data = files.read(f"{META_DIR}/{PROPERTIES}")
+    if data is None:
+        return
+    version = parse_properties(data.decode("utf-8")).get("hoodie.table.version", "")
+    if version.isdigit() and int(version) < 8:
+        raise ConfigError(
+            f"Hudi table at {files.uri()} was written by the native writer (table version "
+            f"{version}); Hudi's writer would upgrade it to version 9, which the native writer "
+            "cannot write back: keep sink.hudi.writer: native for it, or write a new table"
+        )
 
 
 def _latest_on_timeline(files: TableFiles) -> str | None:
@@ -119,6 +134,9 @@ class HudiSparkTables:
         for field in (*keys, *hudi.partition_fields):
             if field not in names:
                 raise ConfigError(f"sink.hudi: {field!r} is not a column of the table ({names})")
+        main_files, dead_files = open_location(base, {}), open_location(dead_base, {})
+        check_table_version(main_files)
+        check_table_version(dead_files)
         main_name = cfg.sink.table.rpartition(".")[2]
         dead_name = cfg.sink.dead_letter_identifier.rpartition(".")[2]
         dead_cols = dead_letter_columns()
@@ -135,11 +153,9 @@ class HudiSparkTables:
             return lambda: client.schema_of(client.session().createDataFrame([], ddl))
 
         return cls(
-            main=HudiSparkCommitter(
-                main_client, open_location(base, {}), {}, schema_of(main_client, main_ddl)
-            ),
+            main=HudiSparkCommitter(main_client, main_files, {}, schema_of(main_client, main_ddl)),
             dead_letter=HudiSparkCommitter(
-                dead_client, open_location(dead_base, {}), {}, schema_of(dead_client, dead_ddl)
+                dead_client, dead_files, {}, schema_of(dead_client, dead_ddl)
             ),
             data_ddl=data_ddl,
             main_columns=names,

@@ -87,6 +87,7 @@ def _run(python: str, config: Path, fault: str | None = None) -> subprocess.Comp
 
 
 @pytest.mark.slow
+@pytest.mark.hudi_spark
 def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
@@ -120,6 +121,8 @@ def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
 
 
 @pytest.mark.slow
+@pytest.mark.hudi_spark
+@pytest.mark.extended  # CI's budget: in the rotation
 def test_an_unpartitioned_table_reads_the_same_in_every_reader(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

@@ -74,6 +74,7 @@ def _hudi_rs(base: Path) -> tuple[list[int], dict[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.hudi_spark
 def test_hudi_spark_writer_commits_from_recorded_stats_in_another_process(tmp_path: Path) -> None:
     python = _python35()
     base, journal = tmp_path / "events", tmp_path / "journal.json"

@@ -52,6 +52,12 @@ PROTOCOL_OPTIONS: dict[str, str] = {
     "hoodie.write.lock.provider": (
         "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider"
     ),
+    # a driver SIGKILLed inside Hudi's lock leaves the lock file behind; Hudi's default
+    # (0: never expires) would lock every later writer out: it expires after a minute,
+    # and a writer keeps asking for longer than that (40 x 2 s)
+    "hoodie.write.lock.filesystem.expire": "1",
+    "hoodie.write.lock.client.num_retries": "40",
+    "hoodie.write.lock.client.wait_time_ms_between_retry": "2000",
 }
 
 #: Hudi settings that keep the table's layout what ``sink.hudi.partitionFields`` promises

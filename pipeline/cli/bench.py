@@ -54,7 +54,8 @@ def bench(
         typer.Option(
             "--preset",
             help="a named preset instead of --full/--quick: readers (both record sizes, "
-            "8 and 32 partitions; run once per --reader)",
+            "8 and 32 partitions; run once per --reader); hudi-writers (the native and "
+            "Hudi's own Spark writer, on PySpark 3.5)",
         ),
     ] = None,
     reader: Annotated[

@@ -149,4 +149,18 @@ READERS = Preset(
     timeout_s=600.0,
 )
 
-PRESETS = {p.name: p for p in (QUICK, FULL, READERS)}
+# The two Hudi writers side by side (``ingest bench --preset hudi-writers --only throughput
+# --reader spark``, on PySpark 3.5, where Hudi's Spark bundle runs): whole runs of the same
+# data into a Hudi table, native and Hudi's own Spark writer in A B B A order.
+HUDI_WRITERS = replace(
+    READERS,
+    name="hudi-writers",
+    records=200_000,
+    batch=40_000,
+    matrix=tuple(
+        RunSpec(format="hudi", mode=EO, cores=2, hudi_writer=w)
+        for w in ("native", "spark", "spark", "native")
+    ),
+)
+
+PRESETS = {p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS)}

@@ -29,11 +29,13 @@ class RunSpec:
     max_records_per_trigger: int | None = None
     trigger: str = "available-now"  # or a processing-time interval, e.g. "1 second"
     starting_offsets: str | dict[str, dict[str, int]] = "earliest"
+    hudi_writer: str = "native"  # sink.hudi.writer of a Hudi run
 
     @property
     def label(self) -> str:
         mode = "eo" if self.mode == "exactly-once" else "alo"
-        return f"{self.format}-{mode}-{self.cores}c"
+        writer = "-spark-writer" if self.format == "hudi" and self.hudi_writer != "native" else ""
+        return f"{self.format}{writer}-{mode}-{self.cores}c"
 
 
 def pipeline_config(
@@ -47,6 +49,8 @@ def pipeline_config(
         "table": f"bench.run_{name.replace('-', '_')}",
     }
     sink.update(format_named(spec.format).local_sink(workdir))
+    if spec.format == "hudi" and spec.hudi_writer != "native":
+        sink["hudi"]["writer"] = spec.hudi_writer
     source: dict[str, Any] = {
         "bootstrapServers": bootstrap,
         "topics": [topic],

@@ -134,6 +134,7 @@ def summarize_run(
         "name": name,
         "label": spec.label,
         "format": spec.format,
+        "hudi_writer": spec.hudi_writer if spec.format == "hudi" else None,
         "mode": spec.mode,
         "cores": spec.cores,
         "max_records_per_trigger": spec.max_records_per_trigger,

@@ -32,6 +32,13 @@ class RunSpec:
     hudi_writer: str = "native"  # sink.hudi.writer of a Hudi run
 
     @property
+    def system(self) -> str:
+        """What a report groups runs by: the format, and for Hudi which writer."""
+        if self.format == "hudi" and self.hudi_writer != "native":
+            return f"hudi ({self.hudi_writer} writer)"
+        return self.format
+
+    @property
     def label(self) -> str:
         mode = "eo" if self.mode == "exactly-once" else "alo"
         writer = "-spark-writer" if self.format == "hudi" and self.hudi_writer != "native" else ""

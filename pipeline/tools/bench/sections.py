@@ -135,6 +135,7 @@ def summarize_run(
         "label": spec.label,
         "format": spec.format,
         "hudi_writer": spec.hudi_writer if spec.format == "hudi" else None,
+        "system": spec.system,
         "mode": spec.mode,
         "cores": spec.cores,
         "max_records_per_trigger": spec.max_records_per_trigger,
@@ -180,25 +181,28 @@ def throughput(ctx: Context) -> dict[str, Any]:
         summary = summarize_run(name, spec, result, ctx.dataset.records, ctx.raw)
         ctx.runs.append(summary)
         if spec.mode == EO:
-            ctx.eo_batches.setdefault(spec.format, []).extend(result.committed[1:])
+            ctx.eo_batches.setdefault(spec.system, []).extend(result.committed[1:])
         ctx.say(
             f"  {summary['records_per_s']:,.0f} records/s, "
             f"{summary['cpu_seconds_per_million']} CPU-s per million, "
             f"peak RSS {summary['peak_rss_bytes'] / 2**20:,.0f} MiB"
         )
-    groups: dict[tuple[str, str, int], list[float]] = {}
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in ctx.runs:
-        groups.setdefault((r["format"], r["mode"], r["cores"]), []).append(r["records_per_s"])
+        groups.setdefault((r.get("system", r["format"]), r["mode"], r["cores"]), []).append(r)
     summary_rows = []
-    for (fmt, mode, cores), rates in groups.items():
-        med = stats.median(rates)
+    for (fmt, mode, cores), runs in groups.items():
+        med = stats.median([r["records_per_s"] for r in runs])
         summary_rows.append(
             {
                 "format": fmt,
                 "mode": mode,
                 "cores": cores,
-                "runs": len(rates),
+                "runs": len(runs),
                 "records_per_s": _round(med, 1),
+                "cpu_seconds_per_million": _round(
+                    stats.median([r["cpu_seconds_per_million"] for r in runs]), 2
+                ),
                 "ratio_to_raw": _round(med / ctx.raw["records_per_s"], 3) if ctx.raw else None,
             }
         )

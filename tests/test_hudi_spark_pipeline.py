@@ -28,6 +28,7 @@ import pytest
 from support.drivers import hudi_coords, pipeline_config, produced, run_cli, write_config
 from support.jvm_readers import check_commits, coord_counts, hudi_spark_read
 from support.kafka_fixtures import KafkaTestBroker
+from support.spark_lines import python_of
 
 from pipeline.config import parse_config
 from pipeline.errors import ConfigError
@@ -64,17 +65,6 @@ def _readers_agree(jvm_reader: dict[str, str], config: Path, base: Path, want: A
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
 
 
-def _python35() -> str:
-    r = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "spark-line-env.sh"), "3.5.7"],
-        capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    if r.returncode != 0:
-        why = (r.stderr.strip().splitlines() or ["spark-line-env.sh failed"])[-1]
-        pytest.fail(f"PySpark 3.5.7 environment: {why}")
-    return r.stdout.strip().splitlines()[-1]
-
-
 def _run(python: str, config: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
     env.pop("INGEST_FAULT", None)
@@ -91,7 +81,7 @@ def _run(python: str, config: Path, fault: str | None = None) -> subprocess.Comp
 def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    python = _python35()
+    python = python_of("3.5.7")
     bootstrap = kafka_broker.bootstrap_servers
     topic = kafka_broker.new_topic("hudi-spark", 2)
     config = write_config(tmp_path, _config(tmp_path, bootstrap, topic))
@@ -126,7 +116,7 @@ def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
 def test_an_unpartitioned_table_reads_the_same_in_every_reader(
     jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:
-    python = _python35()
+    python = python_of("3.5.7")
     bootstrap = kafka_broker.bootstrap_servers
     topic = kafka_broker.new_topic("hudi-spark-flat", 3)
     config = write_config(tmp_path, _config(tmp_path, bootstrap, topic, partitioned=False))

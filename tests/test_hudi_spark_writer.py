@@ -17,28 +17,15 @@ committed, the offsets, the epoch and the file sizes recovery checks.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.spark_lines import python_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "jvm_writer" / "hudi_two_phase.py"
-
-
-def _python35() -> str:
-    r = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "spark-line-env.sh"), "3.5.7"],
-        capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    if r.returncode != 0:
-        why = (r.stderr.strip().splitlines() or ["spark-line-env.sh failed"])[-1]
-        if os.environ.get("INGEST_REQUIRE_JVM_READERS") == "1":
-            pytest.fail(f"PySpark 3.5.7 environment required: {why}")
-        pytest.skip(f"PySpark 3.5.7 environment: {why}")
-    return r.stdout.strip().splitlines()[-1]
 
 
 def _steps(python: str, base: Path, journal: Path, *steps: str) -> dict[str, Any]:
@@ -76,7 +63,7 @@ def _hudi_rs(base: Path) -> tuple[list[int], dict[str, str]]:
 @pytest.mark.slow
 @pytest.mark.hudi_spark
 def test_hudi_spark_writer_commits_from_recorded_stats_in_another_process(tmp_path: Path) -> None:
-    python = _python35()
+    python = python_of("3.5.7")
     base, journal = tmp_path / "events", tmp_path / "journal.json"
 
     first = _steps(python, base, journal, "write", "A", "0", "100", "write", "B", "100", "50")

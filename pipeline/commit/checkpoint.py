@@ -24,7 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.commit.offsets import TopicPartition
+from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError
 
 __all__ = [
@@ -227,3 +228,33 @@ def find_batch(
         if cp.batch_id < batch_id:
             return None
     return None
+
+
+class CheckpointReads:
+    """The reads a ``TableCommitter`` makes of its table's checkpoints, for a table that
+    lists them newest first (``_checkpoints``: a pipeline's ``(commit, checkpoint)`` pairs,
+    read afresh on every call)."""
+
+    def _checkpoints(self, pipeline_id: str) -> Iterator[tuple[str, CommitCheckpoint]]:
+        raise NotImplementedError
+
+    def latest_checkpoint(self, pipeline_id: str) -> CommitCheckpoint | None:
+        return next((cp for _, cp in self._checkpoints(pipeline_id)), None)
+
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        found = find_batch(
+            self._checkpoints(batch.pipeline_id), batch.incarnation, batch.batch_id, end
+        )
+        return found is not None
+
+    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        """One table: the same as :meth:`is_committed`."""
+        return self.is_committed(batch, end)
+
+    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
+        cp = self.latest_checkpoint(pipeline_id)
+        if cp is None:
+            return None
+        return PartitionOffsets(
+            {TopicPartition(t, p): off for (t, p), off in cp.committed_offsets.items()}
+        )

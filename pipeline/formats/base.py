@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pipeline.columns.evolution import Change
+from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
@@ -78,6 +79,21 @@ class LastBatch:
     instant: str | None  # shown when the table names its commits by instant (Hudi)
     committed_at: float | None  # seconds since the epoch
     committed_offsets: Mapping[TopicPartition, int]
+
+    @classmethod
+    def of(
+        cls, cp: CommitCheckpoint, committed_at: float | None, *, instant: bool = True
+    ) -> LastBatch:
+        """The batch ``cp`` records (``instant``: the table names commits by instant)."""
+        return cls(
+            pipeline_id=cp.pipeline_id,
+            batch_id=cp.batch_id,
+            incarnation=cp.incarnation,
+            epoch=cp.epoch,
+            instant=cp.instant if instant else None,
+            committed_at=committed_at,
+            committed_offsets=cp.committed_offsets,
+        )
 
 
 @dataclass(frozen=True)

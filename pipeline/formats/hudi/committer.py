@@ -42,12 +42,17 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint, find_batch
+from pipeline.commit.checkpoint import (
+    PIPELINE_ID_KEY,
+    CheckpointReads,
+    CommitCheckpoint,
+    find_batch,
+)
 from pipeline.commit.fence import check_fence
 from pipeline.commit.history import carry_forward, forgettable
-from pipeline.commit.instant import BatchIdentity, next_instant_time
+from pipeline.commit.instant import next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
-from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import CommitError
 from pipeline.formats.hudi.commit_metadata import commit_metadata_json
 from pipeline.formats.hudi.cow_table import HudiTable
@@ -70,7 +75,7 @@ log = logging.getLogger(__name__)
 __all__ = ["HudiCommitter", "commit_metadata_json"]
 
 
-class HudiCommitter:
+class HudiCommitter(CheckpointReads):
     """A Hudi table as the coordinator's commit target (``TableCommitter`` protocol)."""
 
     def __init__(self, table: HudiTable, max_commits: int = 30, trim_every: int = 10) -> None:
@@ -137,9 +142,6 @@ class HudiCommitter:
             if cp is not None:
                 yield ts, cp
 
-    def latest_checkpoint(self, pipeline_id: str) -> CommitCheckpoint | None:
-        return next((cp for _, cp in self._checkpoints(pipeline_id)), None)
-
     def _find_batch(
         self,
         pipeline_id: str,
@@ -152,23 +154,6 @@ class HudiCommitter:
     def refresh(self) -> None:
         """Nothing cached can be stale: every read lists ``.hoodie`` anew, and what is
         kept (commit files' metadata, their owners) is of immutable completed commits."""
-
-    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        return (
-            self._find_batch(batch.pipeline_id, batch.incarnation, batch.batch_id, end) is not None
-        )
-
-    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        """One table: the same as :meth:`is_committed`."""
-        return self.is_committed(batch, end)
-
-    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
-        cp = self.latest_checkpoint(pipeline_id)
-        if cp is None:
-            return None
-        return PartitionOffsets(
-            {TopicPartition(t, p): off for (t, p), off in cp.committed_offsets.items()}
-        )
 
     def last_commit_time(self, pipeline_id: str) -> float | None:
         """Unix time of this pipeline's newest commit (the ``.commit`` file's mtime)."""

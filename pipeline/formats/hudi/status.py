@@ -19,15 +19,7 @@ def hudi_table_status(committer: HudiCommitter, pipeline_id: str) -> TableStatus
     cp = committer.latest_checkpoint(pipeline_id)
     last = None
     if cp is not None:
-        last = LastBatch(
-            pipeline_id=cp.pipeline_id,
-            batch_id=cp.batch_id,
-            incarnation=cp.incarnation,
-            epoch=cp.epoch,
-            instant=cp.instant,
-            committed_at=committer.last_commit_time(pipeline_id),
-            committed_offsets=cp.committed_offsets,
-        )
+        last = LastBatch.of(cp, committer.last_commit_time(pipeline_id))
     return TableStatus(
         name,
         str(table.base),

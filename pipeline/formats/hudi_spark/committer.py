@@ -38,12 +38,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from pipeline.commit.checkpoint import PIPELINE_ID_KEY, CommitCheckpoint, find_batch
+from pipeline.commit.checkpoint import (
+    PIPELINE_ID_KEY,
+    CheckpointReads,
+    CommitCheckpoint,
+    find_batch,
+)
 from pipeline.commit.fence import check_fence
 from pipeline.commit.history import carry_forward
-from pipeline.commit.instant import BatchIdentity, parse_instant_time
+from pipeline.commit.instant import parse_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
-from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import CommitError
 from pipeline.formats.base import LastBatch, TableStatus
 from pipeline.formats.hudi.layout import META_DIR, TablePaths
@@ -80,7 +84,7 @@ def _load(descriptor: bytes) -> dict[str, Any]:
         raise CommitError(f"not a Hudi write descriptor: {e}") from None
 
 
-class HudiSparkCommitter:
+class HudiSparkCommitter(CheckpointReads):
     """A Hudi table written by Hudi's Spark writer (``TableCommitter`` protocol)."""
 
     def __init__(
@@ -142,28 +146,8 @@ class HudiSparkCommitter:
             if cp is not None:
                 yield ts, cp
 
-    def latest_checkpoint(self, pipeline_id: str) -> CommitCheckpoint | None:
-        return next((cp for _, cp in self._checkpoints(pipeline_id)), None)
-
     def refresh(self) -> None:
         """Nothing is cached: every read lists Hudi's timeline anew."""
-
-    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        found = find_batch(
-            self._checkpoints(batch.pipeline_id), batch.incarnation, batch.batch_id, end
-        )
-        return found is not None
-
-    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        return self.is_committed(batch, end)
-
-    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
-        cp = self.latest_checkpoint(pipeline_id)
-        if cp is None:
-            return None
-        return PartitionOffsets(
-            {TopicPartition(t, p): off for (t, p), off in cp.committed_offsets.items()}
-        )
 
     def last_commit_time(self, pipeline_id: str) -> float | None:
         """The time of this pipeline's newest instant (its name: our journal mints it)."""
@@ -181,17 +165,7 @@ class HudiSparkCommitter:
             return TableStatus(name, self.base, exists=False)
         commits = sum(1 for _ in self._summaries())
         cp = self.latest_checkpoint(pipeline_id)
-        last = None
-        if cp is not None:
-            last = LastBatch(
-                pipeline_id=cp.pipeline_id,
-                batch_id=cp.batch_id,
-                incarnation=cp.incarnation,
-                epoch=cp.epoch,
-                instant=cp.instant,
-                committed_at=self.last_commit_time(pipeline_id),
-                committed_offsets=cp.committed_offsets,
-            )
+        last = None if cp is None else LastBatch.of(cp, self.last_commit_time(pipeline_id))
         return TableStatus(
             name, self.base, exists=True, commits=f"{commits} completed commits",
             history="timeline", last_batch=last,

@@ -17,15 +17,7 @@ def iceberg_table_status(committer: IcebergCommitter, pipeline_id: str) -> Table
     last = None
     if cp is not None:
         head = table.current_snapshot()
-        last = LastBatch(
-            pipeline_id=cp.pipeline_id,
-            batch_id=cp.batch_id,
-            incarnation=cp.incarnation,
-            epoch=cp.epoch,
-            instant=None,
-            committed_at=head.timestamp_ms / 1000 if head else None,
-            committed_offsets=cp.committed_offsets,
-        )
+        last = LastBatch.of(cp, head.timestamp_ms / 1000 if head else None, instant=False)
     return TableStatus(
         name,
         table.location(),

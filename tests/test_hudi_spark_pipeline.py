@@ -9,8 +9,7 @@ Spark SQL for the unpartitioned one. The tables -- main (partitioned by country,
 dead letters -- are then read by hudi-rs, by Hudi's own Spark datasource (snapshot; each
 commit incrementally, which must return exactly the ranges its checkpoint records; time
 travel as of each commit) and by ``ingest verify``: every (topic, partition, offset)
-produced is in exactly one of them, once. The tables are Hudi's own: table version 9, with
-a metadata table.
+produced is in exactly one of them, once. The tables are Hudi's own: table version 9.
 
 On any other Spark line the option is refused in one line naming the supported one.
 """
@@ -104,7 +103,6 @@ def test_pipeline_through_hudis_spark_writer_is_exactly_once_across_kills(
     _readers_agree(jvm_reader, config, base, produced(*results))
     properties = (base / ".hoodie" / "hoodie.properties").read_text()
     assert "hoodie.table.version=9" in properties  # Hudi's own writer made it
-    assert (base / ".hoodie" / "metadata" / ".hoodie").is_dir()  # with its metadata table
     assert {p.name.split("=")[0] for p in base.iterdir() if not p.name.startswith(".")} == {
         "country"
     }

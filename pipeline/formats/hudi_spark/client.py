@@ -59,10 +59,10 @@ PROTOCOL_OPTIONS: dict[str, str] = {
     "hoodie.write.lock.client.num_retries": "40",
     "hoodie.write.lock.client.wait_time_ms_between_retry": "2000",
     # Hudi 1.2.0's metadata table failed every write of a restarted driver in the kill drill
-    # (ArrayIndexOutOfBoundsException appending column_stats records after the metadata
-    # table's compaction): the metadata table keeps its file listing (``files``) only
-    "hoodie.metadata.index.column.stats.enable": "false",
-    "hoodie.metadata.index.partition.stats.enable": "false",
+    # once it had compacted (ArrayIndexOutOfBoundsException in HoodieMetadataPayload,
+    # appending column_stats records, and with those off, files records): off, until that
+    # is understood (docs/hudi.md)
+    "hoodie.metadata.enable": "false",
 }
 
 #: Hudi settings that keep the table's layout what ``sink.hudi.partitionFields`` promises

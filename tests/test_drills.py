@@ -216,6 +216,13 @@ def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path
                 assert cfg.commit.catalog_retry_seconds <= o.older_than
             else:
                 assert not o.enabled
+    # Hudi's own writer runs Hudi's services: the pipeline's compaction and orphan cleanup
+    # are the native writer's, so a drill of it neither runs nor expects them
+    spark = DrillSpec("kill", "hudi", hudi_writer="spark")
+    cfg = parse_config(drill_config(spark, tmp_path, "localhost:9092", "t", None))
+    assert cfg.sink.hudi is not None and cfg.sink.hudi.writer == "spark"
+    assert not cfg.maintenance.compaction.enabled and not cfg.maintenance.orphans.enabled
+    assert spark.label == "kill@spark-writer"
     # the compaction points come last, after the ingest chain, in both orders
     tail = ("compaction-after-write", "compaction-after-commit")
     assert KILL_POINTS[-2:] == DUAL_KILL_POINTS[-2:] == tail

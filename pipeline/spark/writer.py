@@ -198,16 +198,19 @@ def run_task(
     return rows
 
 
+#: dead-letter column -> the decoded column it is taken from (others: the same name)
+DEAD_LETTER_SOURCES = {
+    "key": "_raw_key",
+    "value": "_raw_value",
+    "headers": "_raw_headers",
+    "error": ERROR_COL,
+}
+
+
 def _dead_letter_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> pa.RecordBatch:
-    source = {
-        "key": "_raw_key",
-        "value": "_raw_value",
-        "headers": "_raw_headers",
-        "error": ERROR_COL,
-    }
     arrays, names = [], []
     for name in columns:
-        arrays.append(batch.column(source.get(name, name)))
+        arrays.append(batch.column(DEAD_LETTER_SOURCES.get(name, name)))
         names.append(name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
 

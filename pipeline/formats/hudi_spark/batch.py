@@ -33,12 +33,9 @@ from pipeline.decode.unknown_fields import MAX_NAMES, UNKNOWN_COL
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi_spark.client import HudiSparkClient
 from pipeline.formats.hudi_spark.committer import descriptors
+from pipeline.spark.writer import DEAD_LETTER_SOURCES
 
-__all__ = ["DEAD_LETTER_SOURCES", "HudiSparkBatchWriter"]
-
-#: dead-letter column -> the decoded column it is taken from
-DEAD_LETTER_SOURCES = {"key": "_raw_key", "value": "_raw_value", "headers": "_raw_headers"}
-DEAD_LETTER_SOURCES["error"] = ERROR_COL
+__all__ = ["HudiSparkBatchWriter"]
 
 _KEYS = ("_kafka_topic", "_kafka_partition")
 

@@ -50,7 +50,7 @@ from pipeline.commit.instant import parse_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.errors import CommitError
 from pipeline.formats.base import LastBatch, TableStatus
-from pipeline.formats.hudi.layout import META_DIR, TablePaths
+from pipeline.formats.hudi.layout import META_DIR, PROPERTIES, TablePaths
 from pipeline.formats.hudi.storage import TableFiles
 from pipeline.formats.hudi_spark.client import HudiSparkClient, Written
 
@@ -106,7 +106,7 @@ class HudiSparkCommitter(CheckpointReads):
     # -- the table's checkpoints (hudi-rs: a fresh read of the timeline every time) ------
 
     def exists(self) -> bool:
-        return self.files.stat(f"{META_DIR}/hoodie.properties") is not None
+        return self.files.stat(f"{META_DIR}/{PROPERTIES}") is not None
 
     def _has_commits(self) -> bool:
         """A completed commit on the timeline (``<requested>_<completed>.commit``): until
@@ -138,8 +138,11 @@ class HudiSparkCommitter(CheckpointReads):
             extra = doc.get("extraMetadata") or {}
             yield str(instant.timestamp), {str(k): str(v) for k, v in extra.items()}
 
-    def _checkpoints(self, pipeline_id: str) -> Iterator[tuple[str, CommitCheckpoint]]:
-        for ts, extra in self._summaries():
+    def _checkpoints(
+        self, pipeline_id: str, summaries: Iterable[tuple[str, dict[str, str]]] | None = None
+    ) -> Iterator[tuple[str, CommitCheckpoint]]:
+        """``pipeline_id``'s checkpoints in ``summaries`` (default: a fresh read)."""
+        for ts, extra in self._summaries() if summaries is None else summaries:
             if extra.get(PIPELINE_ID_KEY) != pipeline_id:
                 continue
             cp = CommitCheckpoint.from_summary(extra)
@@ -163,9 +166,12 @@ class HudiSparkCommitter(CheckpointReads):
         name = f"Hudi table {self.client.options.get('hoodie.table.name', '')} (Hudi's writer)"
         if not self.exists():
             return TableStatus(name, self.base, exists=False)
-        commits = sum(1 for _ in self._summaries())
-        cp = self.latest_checkpoint(pipeline_id)
-        last = None if cp is None else LastBatch.of(cp, self.last_commit_time(pipeline_id))
+        summaries = list(self._summaries())  # one read of the timeline serves the rest
+        ts, cp = next(self._checkpoints(pipeline_id, summaries), (None, None))
+        last = None
+        if ts is not None and cp is not None:
+            last = LastBatch.of(cp, parse_instant_time(ts).timestamp())
+        commits = len(summaries)
         return TableStatus(
             name, self.base, exists=True, commits=f"{commits} completed commits",
             history="timeline", last_batch=last,
@@ -186,8 +192,12 @@ class HudiSparkCommitter(CheckpointReads):
         except (CorruptEntry, KeyError, TypeError, ValueError) as e:
             raise CommitError(f"fence record {self.files.uri(rel)} is unreadable: {e}") from None
 
-    def latest_epoch(self, pipeline_id: str) -> int | None:
-        cp = self.latest_checkpoint(pipeline_id)
+    def latest_epoch(
+        self, pipeline_id: str, summaries: Iterable[tuple[str, dict[str, str]]] | None = None
+    ) -> int | None:
+        """The higher of the fence record's epoch and the newest commit's (``summaries``:
+        the timeline as just read; default: a fresh read)."""
+        cp = next((c for _, c in self._checkpoints(pipeline_id, summaries)), None)
         return max(self._fence_epoch(pipeline_id), cp.epoch if cp is not None else 0) or None
 
     def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
@@ -256,13 +266,16 @@ class HudiSparkCommitter(CheckpointReads):
         if len(instants) != 1:
             raise CommitError(f"{what}: one instant per commit, not {sorted(instants)}")
         instant = instants.pop()
+        # one fresh read of the timeline decides the fence, the dedupe and the history
+        summaries = list(self._summaries())
         check_fence(
             cp.pipeline_id,
             cp.epoch,
-            self.latest_epoch(cp.pipeline_id),
+            self.latest_epoch(cp.pipeline_id, summaries),
             f"commit to Hudi table {self.base}",
         )
-        if find_batch(self._checkpoints(cp.pipeline_id), cp.incarnation, cp.batch_id, cp.batch_end):
+        mine = self._checkpoints(cp.pipeline_id, summaries)
+        if find_batch(mine, cp.incarnation, cp.batch_id, cp.batch_end):
             log.info("%s is already committed to %s: not committed again", what, self.base)
             return
         state = self._state(instant)
@@ -276,7 +289,7 @@ class HudiSparkCommitter(CheckpointReads):
             str(docs[0]["schema"]) if docs else self.schema(),
         )
         extra = cp.to_summary()
-        extra.update(carry_forward((s for _, s in self._summaries()), cp.pipeline_id))
+        extra.update(carry_forward((s for _, s in summaries), cp.pipeline_id))
         self.client.commit(instant, written, extra)
         log.info(
             "%s: Hudi commit %s with %d files, %d records in %s (%.3fs)",

@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.columns import dead_letter_columns, spark_ddl, table_columns
+from pipeline.columns import data_columns, dead_letter_columns, spark_ddl, table_columns
 from pipeline.columns.evolution import Change
-from pipeline.columns.model import data_columns
 from pipeline.commit.instant import next_instant_time
 from pipeline.commit.journal import InstantTimeline, JournalStore
 from pipeline.commit.maintenance import TableMaintenance

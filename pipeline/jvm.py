@@ -49,7 +49,11 @@ _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _COMPLETE = ".complete"
 #: helper -> the manifest properties its build takes (as -D<name>=<value>)
 HELPERS: dict[str, dict[str, str]] = {
-    "hudi-writer": {"hudi.version": "hudi.version", "spark.version": "spark35.version"},
+    "hudi-writer": {
+        "hudi.version": "hudi.version",
+        "spark.version": "spark35.version",
+        "aws.version": "aws-sdk-v1.version",
+    },
 }
 _FETCH_TIMEOUT_S = 1800
 

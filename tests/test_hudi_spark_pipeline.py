@@ -24,13 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import hudi_coords, pipeline_config, produced, run_cli, write_config
+from support.drivers import (
+    arrow_coords,
+    hudi_coords,
+    hudi_read,
+    pipeline_config,
+    produced,
+    run_cli,
+    write_config,
+)
 from support.jvm_readers import check_commits, coord_counts, hudi_spark_read
 from support.kafka_fixtures import KafkaTestBroker
+from support.s3_fixtures import S3Server
 from support.spark_lines import python_of
 
 from pipeline.config import parse_config
 from pipeline.errors import ConfigError
+from pipeline.formats.hudi.storage import open_location
 from pipeline.formats.registry import open_tables
 from pipeline.source.spark_line import spark_version
 from pipeline.tools.generator import GeneratorSpec, produce
@@ -50,16 +60,24 @@ def _config(tmp: Path, bootstrap: str, topic: str, partitioned: bool = True) -> 
     return cfg
 
 
-def _readers_agree(jvm_reader: dict[str, str], config: Path, base: Path, want: Any) -> None:
-    """hudi-rs, Hudi's Spark datasource and ``ingest verify`` on the two tables."""
-    dead = Path(f"{base}_dead_letter")
-    main_rs, dead_rs = hudi_coords(base), hudi_coords(dead)
+def _readers_agree(
+    jvm_reader: dict[str, str],
+    config: Path,
+    base: Path | str,
+    want: Any,
+    s3: Any = None,
+    commits: int = 3,
+) -> None:
+    """hudi-rs, Hudi's Spark datasource and ``ingest verify`` on the two tables (``s3``:
+    the ``S3Server`` they are on), which hold at least ``commits`` commits."""
+    dead = f"{base}_dead_letter"
+    main_rs, dead_rs = (arrow_coords(hudi_read(b, s3)) for b in (base, dead))
     assert main_rs + dead_rs == want  # every offset once, nothing else
     assert sum(dead_rs.values()) > 0 and not (set(main_rs) & set(dead_rs))
-    docs = hudi_spark_read(jvm_reader, base, dead)
+    docs = hudi_spark_read(jvm_reader, base, dead, s3=s3)
     assert coord_counts(docs[str(base)]["coords"]) == main_rs
-    assert coord_counts(docs[str(dead)]["coords"]) == dead_rs
-    assert check_commits(docs[str(base)], docs[str(dead)]) >= 3
+    assert coord_counts(docs[dead]["coords"]) == dead_rs
+    assert check_commits(docs[str(base)], docs[dead]) >= commits
     verified = run_cli("verify", "--config", str(config), timeout=300)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
 
@@ -124,6 +142,37 @@ def test_an_unpartitioned_table_reads_the_same_in_every_reader(
     base = tmp_path / "hudi" / "events"
     assert not [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
     _readers_agree(jvm_reader, config, base, produced(result))
+
+
+@pytest.mark.slow
+@pytest.mark.hudi_spark
+@pytest.mark.extended  # CI's budget: in the rotation
+def test_tables_on_s3_are_exactly_once_across_kills(
+    jvm_reader: dict[str, str], kafka_broker: KafkaTestBroker, s3_server: S3Server, tmp_path: Path
+) -> None:
+    """Hudi's writer on SeaweedFS through Hadoop's S3A client: a recommit and a rollback
+    there, the journal and fence records beside the table, every reader agreeing."""
+    python = python_of("3.5.7")
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = kafka_broker.new_topic("hudi-spark-s3", 2)
+    cfg = _config(tmp_path, bootstrap, topic)
+    base = f"s3://{s3_server.new_bucket('hudi-spark')}/lake/events"
+    cfg["sink"]["hudi"].update(basePath=base, properties=s3_server.properties())
+    config = write_config(tmp_path, cfg)
+    results = []
+    for i, fault in enumerate(("after-precommit:kill", "after-write:kill")):
+        spec = GeneratorSpec(count=300, malformed_fraction=0.05, seed=90 + i)
+        results.append(produce(bootstrap, topic, spec))
+        r = _run(python, config, fault)
+        assert r.returncode == -signal.SIGKILL, (fault, r.returncode, r.stderr[-3000:])
+        r = _run(python, config)
+        assert r.returncode == 0, r.stderr[-3000:]
+        if fault.startswith("after-precommit"):
+            assert "recommitted" in r.stdout, r.stdout[-3000:]
+    _readers_agree(jvm_reader, config, base, produced(*results), s3=s3_server, commits=2)
+    files = open_location(base, s3_server.properties())
+    assert b"hoodie.table.version=9" in (files.read(".hoodie/hoodie.properties") or b"")
+    assert files.listdir(".hoodie/.ingest/journal")  # our journal sits beside Hudi's timeline
 
 
 def test_writer_spark_is_refused_on_other_spark_lines(tmp_path: Path) -> None:

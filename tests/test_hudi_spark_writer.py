@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.s3_fixtures import S3Server
 from support.spark_lines import python_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "jvm_writer" / "hudi_two_phase.py"
+LOCK_SCRIPT = ROOT / "tests" / "jvm_writer" / "s3_lock.py"
 
 
 def _steps(python: str, base: Path, journal: Path, *steps: str) -> dict[str, Any]:
@@ -113,3 +115,26 @@ def test_hudi_spark_writer_commits_from_recorded_stats_in_another_process(tmp_pa
     assert offsets == want
     assert {entries[n]["instant"] for n in ("A", "C", "D")} == set(extra)
     assert all(pid == "p1" for pid in extra.values())
+
+
+@pytest.mark.slow
+@pytest.mark.hudi_spark
+def test_hudis_lock_on_s3_admits_one_writer_and_expires_a_dead_ones(s3_server: S3Server) -> None:
+    """Hudi refuses its file-system lock on S3A ("can not support atomic creation"); the
+    tables' lock there is our helper's conditional PUT (tests/jvm_writer/s3_lock.py)."""
+    base = f"s3://{s3_server.new_bucket('hudi-lock')}/lake/events"
+    r = subprocess.run(
+        [python_of("3.5.7"), str(LOCK_SCRIPT), base, s3_server.endpoint,
+         s3_server.access_key, s3_server.secret_key],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["lock"] == f"{base}/.hoodie/.ingest/lock"
+    assert out["first"] is True
+    assert out["second_while_held"] is False and out["second_waited_s"] >= 1.4
+    assert out["second_after_its_unlock"] is False  # a writer releases only its own lock
+    assert out["second_after_release"] is True
+    assert out["third_at_once"] is False  # held by a writer that never releases it ...
+    assert out["third_after_expiry"] is True  # ... until it is older than the expiry
+    assert 1.0 <= out["third_waited_s"] <= 15, out

@@ -5,7 +5,8 @@
 ``s3.region``, ``s3.profile-name`` (each also as ``client.*``), ``s3.path-style-access``,
 ``s3.force-virtual-addressing``, ``s3.connect-timeout``, ``s3.request-timeout`` (seconds).
 Bad values raise ``ConfigError`` naming the property. Used by the S3 journal store
-(:mod:`pipeline.storage.s3`) and the pyarrow filesystems (:mod:`pipeline.storage.fs`).
+(:mod:`pipeline.storage.s3`), the pyarrow filesystems (:mod:`pipeline.storage.fs`) and, as
+Hadoop's S3A settings, Hudi's Spark writer (:meth:`S3Settings.hadoop_conf`).
 """
 
 from __future__ import annotations
@@ -105,6 +106,41 @@ class S3Settings:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ConfigError(f"s3.endpoint {self.endpoint!r} must look like http(s)://host:port")
         return parsed.netloc, parsed.scheme
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """Hadoop's S3A client settings for this store, as Spark conf (``spark.hadoop.*``),
+        with ``s3://`` mapped to S3A so a table keeps one URI in every reader."""
+        if self.profile is not None:
+            raise ConfigError(
+                "s3.profile-name is not supported by Hadoop's S3A client here: give "
+                "s3.access-key-id and s3.secret-access-key, or leave both out for the "
+                "default AWS credential chain"
+            )
+        s3a = "org.apache.hadoop.fs.s3a"
+        conf = {"fs.s3.impl": f"{s3a}.S3AFileSystem", "fs.s3a.impl": f"{s3a}.S3AFileSystem"}
+        if self.endpoint is not None:
+            conf["fs.s3a.endpoint"] = self.endpoint
+            conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https://")).lower()
+        if self.endpoint is not None or self.virtual_addressing is not None:
+            conf["fs.s3a.path.style.access"] = str(not self.virtual_addressing).lower()
+        if self.access_key is not None and self.secret_key is not None:
+            provider = (
+                "TemporaryAWSCredentialsProvider"
+                if self.session_token
+                else ("SimpleAWSCredentialsProvider")
+            )
+            conf["fs.s3a.aws.credentials.provider"] = f"{s3a}.{provider}"
+            conf["fs.s3a.access.key"] = self.access_key
+            conf["fs.s3a.secret.key"] = self.secret_key
+            if self.session_token:
+                conf["fs.s3a.session.token"] = self.session_token
+        if self.region is not None:
+            conf["fs.s3a.endpoint.region"] = self.region
+        if self.connect_timeout is not None:
+            conf["fs.s3a.connection.establish.timeout"] = str(int(self.connect_timeout * 1000))
+        if self.request_timeout is not None:
+            conf["fs.s3a.connection.timeout"] = str(int(self.request_timeout * 1000))
+        return {f"spark.hadoop.{k}": v for k, v in conf.items()}
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:

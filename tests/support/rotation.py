@@ -72,6 +72,7 @@ EXTENDED: dict[str, int] = {
     "tests/test_deploy_image.py::test_image_on_pyspark_35_runs_spark_kafka_source": 1,  # 160 s
     # Hudi's own Spark writer (2026-11-28): its kill test runs in the PySpark 3.5 stage
     "tests/test_hudi_spark_pipeline.py::test_an_unpartitioned_table_reads_the_same_in_every_reader": 3,  # 70 s
+    "tests/test_hudi_spark_pipeline.py::test_tables_on_s3_are_exactly_once_across_kills": 3,  # 90 s
 }
 
 # the drills of the full matrix outside CI's subset: (label, table format) -> share

@@ -30,6 +30,7 @@ from pipeline.errors import CommitError, ConfigError
 __all__ = [
     "LAYOUT_OPTIONS",
     "PROTOCOL_OPTIONS",
+    "S3_LOCK_OPTIONS",
     "SESSION_SETTINGS",
     "SUPPORTED_LINE",
     "HudiSparkClient",
@@ -63,6 +64,13 @@ PROTOCOL_OPTIONS: dict[str, str] = {
     # appending column_stats records, and with those off, files records): off, until that
     # is understood (docs/hudi.md)
     "hoodie.metadata.enable": "false",
+}
+
+#: Hudi's lock for a table on S3, where Hudi refuses its file-system lock (S3A has no atomic
+#: create): our helper's, taken with a conditional PUT (``If-None-Match: *``), the same
+#: expiry and retries
+S3_LOCK_OPTIONS: dict[str, str] = {
+    "hoodie.write.lock.provider": "ingest.hudi.ConditionalPutLockProvider",
 }
 
 #: Hudi settings that keep the table's layout what ``sink.hudi.partitionFields`` promises
@@ -101,10 +109,13 @@ def check_line(version: tuple[int, int]) -> None:
 
 
 def table_options(
-    table_name: str, record_key_fields: Sequence[str], partition_fields: Sequence[str]
+    table_name: str,
+    record_key_fields: Sequence[str],
+    partition_fields: Sequence[str],
+    on_s3: bool = False,
 ) -> dict[str, str]:
     """Hudi write options of a copy-on-write table keyed and partitioned by the given
-    columns, with the protocol's settings."""
+    columns, with the protocol's settings (``on_s3``: the table is on S3)."""
     if not record_key_fields:
         raise ConfigError("a Hudi table needs at least one record key field")
     if not partition_fields:
@@ -120,6 +131,7 @@ def table_options(
         "hoodie.datasource.write.keygenerator.class": keygen,
         **LAYOUT_OPTIONS,
         **PROTOCOL_OPTIONS,
+        **(S3_LOCK_OPTIONS if on_s3 else {}),
     }
 
 

@@ -31,7 +31,13 @@ from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.formats.hudi.layout import META_DIR, PROPERTIES, TablePaths, parse_properties
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS
-from pipeline.formats.hudi.storage import TableFiles, is_object_store, open_location, table_base
+from pipeline.formats.hudi.storage import (
+    TableFiles,
+    is_object_store,
+    open_location,
+    reader_options,
+    table_base,
+)
 from pipeline.formats.hudi_spark.batch import HudiSparkBatchWriter
 from pipeline.formats.hudi_spark.client import (
     SESSION_SETTINGS,
@@ -43,6 +49,7 @@ from pipeline.formats.hudi_spark.client import (
 from pipeline.formats.hudi_spark.committer import HudiSparkCommitter
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.s3 import journal_store_for
+from pipeline.storage.s3_settings import S3Settings
 
 __all__ = ["HudiSparkTables", "SparkTimeline"]
 
@@ -98,6 +105,8 @@ class HudiSparkTables:
     dead_letter_columns: tuple[str, ...]
     operation: str
     cfg: PipelineConfig
+    properties: dict[str, str]  # sink.hudi.properties (s3.* for tables on S3)
+    s3: S3Settings | None  # the store, when either table is on S3
 
     @classmethod
     def from_config(
@@ -121,29 +130,35 @@ class HudiSparkTables:
         )
         if dead_base == base:
             raise ConfigError("sink.hudi.deadLetterBasePath must differ from sink.hudi.basePath")
-        if is_object_store(base) or is_object_store(dead_base):
-            raise ConfigError(
-                "sink.hudi.writer: spark writes tables on a local or mounted file system in "
-                "this version (s3:// needs Hadoop's S3A client on Spark's classpath); use "
-                "sink.hudi.writer: native for s3:// tables"
-            )
+        properties = dict(hudi.properties)
+        on_s3 = is_object_store(base) or is_object_store(dead_base)
+        s3 = S3Settings.from_properties(properties) if on_s3 else None
+        if s3 is not None:
+            s3.hadoop_conf()  # refuses, in one line, what Hadoop's S3A client cannot take
         columns = table_columns(cfg.decode.field_specs(), raw=cfg.decode.raw)
         names = tuple(c.name for c in columns)
         keys = tuple(hudi.record_key_fields) or KAFKA_KEY_FIELDS
         for field in (*keys, *hudi.partition_fields):
             if field not in names:
                 raise ConfigError(f"sink.hudi: {field!r} is not a column of the table ({names})")
-        main_files, dead_files = open_location(base, {}), open_location(dead_base, {})
+        main_files, dead_files = (
+            open_location(base, properties),
+            open_location(dead_base, properties),
+        )
         check_table_version(main_files)
         check_table_version(dead_files)
         main_name = cfg.sink.table.rpartition(".")[2]
         dead_name = cfg.sink.dead_letter_identifier.rpartition(".")[2]
         dead_cols = dead_letter_columns()
         main_client = HudiSparkClient(
-            spark, base, table_options(main_name, keys, hudi.partition_fields)
+            spark,
+            base,
+            table_options(main_name, keys, hudi.partition_fields, is_object_store(base)),
         )
         dead_client = HudiSparkClient(
-            spark, dead_base, table_options(dead_name, KAFKA_KEY_FIELDS, ())
+            spark,
+            dead_base,
+            table_options(dead_name, KAFKA_KEY_FIELDS, (), is_object_store(dead_base)),
         )
         data_ddl = spark_ddl(data_columns(columns)) if not cfg.decode.raw else ""
         main_ddl, dead_ddl = spark_ddl(columns), spark_ddl(dead_cols)
@@ -151,29 +166,37 @@ class HudiSparkTables:
         def schema_of(client: HudiSparkClient, ddl: str) -> Callable[[], str]:
             return lambda: client.schema_of(client.session().createDataFrame([], ddl))
 
+        timeline_reads = reader_options(s3)  # hudi-rs's storage options
         return cls(
-            main=HudiSparkCommitter(main_client, main_files, {}, schema_of(main_client, main_ddl)),
+            main=HudiSparkCommitter(
+                main_client, main_files, timeline_reads, schema_of(main_client, main_ddl)
+            ),
             dead_letter=HudiSparkCommitter(
-                dead_client, dead_files, {}, schema_of(dead_client, dead_ddl)
+                dead_client, dead_files, timeline_reads, schema_of(dead_client, dead_ddl)
             ),
             data_ddl=data_ddl,
             main_columns=names,
             dead_letter_columns=tuple(c.name for c in dead_cols),
             operation=hudi.operation,
             cfg=cfg,
+            properties=properties,
+            s3=s3,
         )
 
     # -- the session this writer needs ---------------------------------------------------
 
     def spark_needs(self) -> tuple[list[str], dict[str, str]]:
-        """``(jars, conf)``: Hudi's Spark bundle and our helper; Hudi's session settings."""
-        return jars(), dict(SESSION_SETTINGS)
+        """``(jars, conf)``: Hudi's Spark bundle, Hadoop's S3A client and our helper;
+        Hudi's session settings, and S3A's for tables on S3."""
+        s3a = self.s3.hadoop_conf() if self.s3 is not None else {}
+        return jars(), {**SESSION_SETTINGS, **s3a}
 
     # -- the journal -----------------------------------------------------------------------
 
     def timeline(self, pipeline_id: str) -> InstantTimeline:
         root = self.main.files.uri(TablePaths.own(META_DIR, "journal", pipeline_id))
-        return SparkTimeline(journal_store_for(root), [self.main.files, self.dead_letter.files])
+        store = journal_store_for(root, self.properties)
+        return SparkTimeline(store, [self.main.files, self.dead_letter.files])
 
     def journal_pipelines(self) -> list[str]:
         names = self.main.files.listdir(TablePaths.own(META_DIR, "journal")) or []

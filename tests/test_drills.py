@@ -232,6 +232,42 @@ def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path
     assert len(KILL_POINTS) + 1 == len(DUAL_KILL_POINTS) <= 20  # the full matrix hits all
 
 
+def test_drills_of_hudis_writer_note_the_services_on_its_timeline(tmp_path: Path) -> None:
+    """Hudi's own services run inline with its writer: the drill's note counts the completed
+    actions on the main table's timeline and the archiver's history files."""
+    from pipeline.config import parse_config
+    from pipeline.tools.drill.pipeline_config import drill_config
+    from pipeline.tools.drill.verdict import hudi_services_outcome
+
+    spec = DrillSpec("kill", "hudi", hudi_writer="spark")
+    cfg = parse_config(drill_config(spec, tmp_path, "localhost:9092", "t", None))
+    assert cfg.sink.hudi is not None
+    timeline = Path(cfg.sink.hudi.base_path) / ".hoodie" / "timeline"
+    (timeline / "history").mkdir(parents=True)
+    for name in (
+        "20261129010101000.commit.requested",
+        "20261129010101000.inflight",
+        "20261129010101000_20261129010102000.commit",
+        "20261129010103000_20261129010104000.commit",
+        "20261129010105000_20261129010105500.clean",
+        "20261129010106000_20261129010106500.rollback",
+        "history/00000000_00000001_0.parquet",
+    ):
+        (timeline / name).write_bytes(b"")
+    result = DrillResult(spec.label, "hudi")
+    hudi_services_outcome(result, cfg)
+    assert result.notes == [
+        "Hudi's timeline of the main table: completed 1 clean, 2 commit, 1 rollback; "
+        "1 archived-history files"
+    ]
+    native = DrillResult("kill", "hudi")
+    native_spec = DrillSpec("kill", "hudi")
+    hudi_services_outcome(
+        native, parse_config(drill_config(native_spec, tmp_path, "h:1", "t", None))
+    )
+    assert native.notes == []  # the native writer's drills count compactions instead
+
+
 def test_compaction_commits_are_named_per_table_and_counted() -> None:
     """The drill names each table's compaction commits (``TableMaintenance
     .compaction_commits``, tested per format in tests/test_*_maintenance.py) and counts

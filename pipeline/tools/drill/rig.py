@@ -359,6 +359,7 @@ class Rig:
             self.sample_compactions()
             verdict.compaction_outcome(self.result, self.compactions)
         verdict.journal_outcomes(self.result, self.drivers, self.tables, self.cfg.id)
+        verdict.hudi_services_outcome(self.result, self.cfg)
 
     def verify(self, lost: dict[TopicPartition, list[tuple[int, int]]] | None = None) -> None:
         """Exactly-once check: the independent verifier (``ingest verify``) and our own

@@ -1,11 +1,13 @@
 """A drill's verdict: the tables counted against the producer's acknowledged offsets (our
 own count, pipeline/tools/drill/count.py; records at other offsets are a problem unless
 Kafka holds them) and by the independent verifier (``ingest
-verify``), the worse of the two reported; recommits, rollbacks and compactions seen."""
+verify``), the worse of the two reported; recommits, rollbacks and compactions seen, and
+with Hudi's own writer the table services on its timeline."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -156,6 +158,30 @@ def journal_outcomes(
         )
     except Exception as e:  # the journal is optional for the verdict
         result.notes.append(f"journal not readable: {e}")
+
+
+def hudi_services_outcome(result: DrillResult, cfg: PipelineConfig) -> None:
+    """With Hudi's own writer: the actions on the main table's timeline (its cleans and
+    rollbacks, the instants its archiver moved to the history) as a note."""
+    hudi = cfg.sink.hudi
+    if hudi is None or hudi.writer != "spark":
+        return
+    from pipeline.formats.hudi.storage import open_location
+
+    files = open_location(hudi.base_path, hudi.properties)
+    try:
+        names = files.listdir(".hoodie/timeline") or []
+        history = files.listdir(".hoodie/timeline/history") or []
+    except Exception as e:  # the note is optional for the verdict
+        result.notes.append(f"Hudi timeline not listable: {e}")
+        return
+    # completed instants are named <requested>_<completed>.<action>
+    done = Counter(n.rpartition(".")[2] for n in names if "_" in n.partition(".")[0])
+    actions = ", ".join(f"{done[a]} {a}" for a in sorted(done)) or "none"
+    result.notes.append(
+        f"Hudi's timeline of the main table: completed {actions}; "
+        f"{len([n for n in history if not n.startswith('.')])} archived-history files"
+    )
 
 
 TOTALS = ("expected", "present", "missing", "duplicated", "mismatched", "unexpected", "lost")

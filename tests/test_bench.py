@@ -44,6 +44,18 @@ def _line(batch_id: int, records: int, ts: float, outcome: str = "committed") ->
     return BatchLine(batch_id, outcome, records, 0, ts, {"precommit": 0.01, "commit": 0.1})
 
 
+def test_a_batch_line_carries_the_files_its_batch_committed() -> None:
+    line = BatchLine.parse(
+        '{"ts": "2026-11-29T01:02:03.456Z", "batch_id": 4, "outcome": "committed", '
+        '"records": 10, "bytes": 99, "files": 3, "phases_seconds": {"commit": 0.1}}'
+    )
+    assert (line.batch_id, line.records, line.files, line.phases) == (4, 10, 3, {"commit": 0.1})
+    assert (
+        BatchLine.parse('{"ts": "2026-11-29T01:02:03Z", "batch_id": 5, "outcome": "empty"}').files
+        == 0
+    )
+
+
 def test_percentile_and_windows() -> None:
     assert stats.percentile([3, 1, 2, 4], 50) == 2.5
     assert stats.percentile([5.0], 99) == 5.0
@@ -254,9 +266,11 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
         ("iceberg", "exactly-once"),
         ("iceberg", "at-least-once"),
     }
+    assert report["meta"]["dataset"]["payload_bytes"] == QUICK.payload_bytes == 0
     for r in runs:
         assert r["records"] == QUICK.records
         assert r["batches"] >= 2
+        assert r["files_per_commit_median"] >= 1  # every batch of the data set wrote files
         for k in (
             "records_per_s",
             "mb_per_s",

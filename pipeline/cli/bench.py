@@ -54,8 +54,8 @@ def bench(
         typer.Option(
             "--preset",
             help="a named preset instead of --full/--quick: readers (both record sizes, "
-            "8 and 32 partitions; run once per --reader); hudi-writers (the native and "
-            "Hudi's own Spark writer, on PySpark 3.5)",
+            "8 and 32 partitions; run once per --reader); hudi-writers, hudi-writers-1k (the "
+            "native and Hudi's own Spark writer at ~270 B and ~1.2 KB, on PySpark 3.5)",
         ),
     ] = None,
     reader: Annotated[

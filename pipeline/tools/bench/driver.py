@@ -62,6 +62,7 @@ class BatchLine:
     bytes: int
     ts: float  # epoch seconds when the batch's commit finished (logged right after it)
     phases: dict[str, float]
+    files: int = 0  # data files the batch committed
 
     @classmethod
     def parse(cls, text: str) -> BatchLine:
@@ -74,6 +75,7 @@ class BatchLine:
             bytes=int(d.get("bytes") or 0),
             ts=ts,
             phases={str(k): float(v) for k, v in (d.get("phases_seconds") or {}).items()},
+            files=int(d.get("files") or 0),
         )
 
 

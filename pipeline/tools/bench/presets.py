@@ -50,6 +50,7 @@ class Preset:
     postgres: bool  # also time Iceberg commits on PostgreSQL when one answers
     fixed: FixedCostPlan
     timeout_s: float = 900.0  # per pipeline process
+    payload_bytes: int = 0  # of the throughput data set: 0 = ~270 B events, 940 = ~1.2 KB
     decode_records: int = 20_000  # per data set of the decode section (in-process)
 
     def with_records(self, records: int) -> Preset:
@@ -163,4 +164,9 @@ HUDI_WRITERS = replace(
     ),
 )
 
-PRESETS = {p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS)}
+# ... and at ~1.2 KB (the generator's events with a 940-byte payload)
+HUDI_WRITERS_1K = replace(
+    HUDI_WRITERS, name="hudi-writers-1k", records=100_000, batch=20_000, payload_bytes=940
+)
+
+PRESETS = {p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS, HUDI_WRITERS_1K)}

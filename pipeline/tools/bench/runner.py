@@ -213,11 +213,12 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
         if needs_data:
             parts = preset.partitions
             say(f"producing {preset.records:,} records into {parts} partitions")
-            ds = produce_dataset(broker, preset.records, parts)
+            ds = produce_dataset(broker, preset.records, parts, payload_bytes=preset.payload_bytes)
             report["meta"]["dataset"] = {
                 "topic": ds.topic,
                 "partitions": ds.partitions,
                 "records": ds.records,
+                "payload_bytes": ds.payload_bytes,
                 "produce_seconds": round(ds.produce_seconds, 2),
             }
             ctx = sections.Context(broker, ds, preset, work, say)

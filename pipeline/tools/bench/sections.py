@@ -109,7 +109,14 @@ def raw_ceiling(ctx: Context) -> dict[str, Any]:
 def _run_pipeline(ctx: Context, spec: RunSpec) -> tuple[str, RunResult]:
     name = ctx.next_name(spec.label)
     workdir = ctx.work / name
-    cfg = pipeline_config(spec, name, workdir, ctx.broker.bootstrap_servers, ctx.dataset.topic)
+    cfg = pipeline_config(
+        spec,
+        name,
+        workdir,
+        ctx.broker.bootstrap_servers,
+        ctx.dataset.topic,
+        payload=ctx.dataset.payload_bytes > 0,
+    )
     path = write_config(workdir / "pipeline.yaml", cfg)
     before = ctx.broker.cpu_seconds()
     result = run_to_end(name, path, ctx.work / "logs", ctx.preset.timeout_s)
@@ -169,6 +176,7 @@ def summarize_run(
         "batch_seconds_median": _round(
             stats.median([b.ts - a.ts for a, b in itertools.pairwise(done)])
         ),
+        "files_per_commit_median": _round(stats.median([float(b.files) for b in done])),
     }
 
 

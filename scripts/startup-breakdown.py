@@ -2,7 +2,8 @@
 """Where a pipeline's start-up goes, phase by phase, on each source reader.
 
     python scripts/startup-breakdown.py [--reader python --reader spark] [--records 200000]
-        [--partitions 8] [--batch 50000] [--out docs/bench/startup.json]
+        [--partitions 8] [--batch 50000] [--class-archive on|off|both]
+        [--worker-daemon pyspark|preload|both] [--out docs/bench/startup.json]
 
 Starts the bench's one-node Apache Kafka, produces the bench's JSON events, then for each
 reader launches a fresh process that runs the pipeline (Iceberg, exactly-once, local[2],
@@ -118,6 +119,14 @@ def main() -> int:
         default="both",
         help="spark.classArchive of the runs (both: each reader twice, off first)",
     )
+    ap.add_argument(
+        "--worker-daemon",
+        choices=("pyspark", "preload", "both"),
+        default="preload",
+        help="spark.python.daemon.module of the runs: PySpark's own daemon, or "
+        "pipeline.spark.worker_daemon (the task path imported before workers fork); "
+        "both: each run twice, PySpark's first",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ns = ap.parse_args()
@@ -136,14 +145,19 @@ def main() -> int:
     try:
         ds = produce_dataset(broker, ns.records, ns.partitions)
         archives = ["off", "on"] if ns.class_archive == "both" else [ns.class_archive]
-        for reader, archive in [(r, a) for r in readers for a in archives]:
-            label = f"{reader} (class archive {archive})"
+        daemons = ["pyspark", "preload"] if ns.worker_daemon == "both" else [ns.worker_daemon]
+        runs = [(r, a, d) for r in readers for a in archives for d in daemons]
+        for reader, archive, daemon in runs:
+            label = f"{reader} (class archive {archive}, worker daemon {daemon})"
             work = Path(tempfile.mkdtemp(prefix=f"startup-{reader}-"))
             spec = RunSpec(max_records_per_trigger=ns.batch)
             doc = pipeline_config(spec, reader, work, broker.bootstrap_servers, ds.topic)
             doc["source"]["reader"] = reader
             doc["metrics"] = {"enabled": False}
             doc["spark"]["classArchive"] = archive == "on"
+            doc["spark"]["conf"]["spark.python.daemon.module"] = (
+                "pipeline.spark.worker_daemon" if daemon == "preload" else "pyspark.daemon"
+            )
             path = work / "pipeline.yaml"
             path.write_text(yaml.safe_dump(doc))
             batches = -(-ns.records // ns.batch)

@@ -223,6 +223,12 @@ def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path
     assert cfg.sink.hudi is not None and cfg.sink.hudi.writer == "spark"
     assert not cfg.maintenance.compaction.enabled and not cfg.maintenance.orphans.enabled
     assert spark.label == "kill@spark-writer"
+    from pipeline.tools.drill.scenarios.driver_kills import kill_points
+
+    # ... and is not armed at the compaction's fault points (a drill waited 360 s for each)
+    assert kill_points(spark) == tuple(p for p in KILL_POINTS if "compaction" not in p)
+    assert kill_points(DrillSpec("kill", "hudi")) == KILL_POINTS
+    assert kill_points(DrillSpec("kill", "both")) == DUAL_KILL_POINTS
     # the compaction points come last, after the ingest chain, in both orders
     tail = ("compaction-after-write", "compaction-after-commit")
     assert KILL_POINTS[-2:] == DUAL_KILL_POINTS[-2:] == tail
@@ -251,6 +257,7 @@ def test_drills_of_hudis_writer_note_the_services_on_its_timeline(tmp_path: Path
         "20261129010103000_20261129010104000.commit",
         "20261129010105000_20261129010105500.clean",
         "20261129010106000_20261129010106500.rollback",
+        "20261129010107000_20261129010107500.commit.2536a413-da26-42c1-aa70-16a4632b2708",
         "history/00000000_00000001_0.parquet",
     ):
         (timeline / name).write_bytes(b"")

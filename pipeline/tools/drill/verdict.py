@@ -20,6 +20,8 @@ from pipeline.tools.drill.producer import RateProducer
 
 # one line per recommit attempt, logged before its commit (pipeline/commit/recovery.py)
 RECOMMIT_LINE = re.compile(r"instant (\d{17}) \(batch \d+\) recommitting")
+# a completed instant on a Hudi 1.x timeline: <requested>_<completed>.<action>
+COMPLETED_INSTANT = re.compile(r"\d{17}_\d{17}\.([a-z]+)")
 
 
 def count_produced(
@@ -175,8 +177,9 @@ def hudi_services_outcome(result: DrillResult, cfg: PipelineConfig) -> None:
     except Exception as e:  # the note is optional for the verdict
         result.notes.append(f"Hudi timeline not listable: {e}")
         return
-    # completed instants are named <requested>_<completed>.<action>
-    done = Counter(n.rpartition(".")[2] for n in names if "_" in n.partition(".")[0])
+    # completed instants are named <requested>_<completed>.<action> (a killed writer may
+    # leave a temporary <name>.<uuid> behind: not an instant)
+    done = Counter(m[1] for m in map(COMPLETED_INSTANT.fullmatch, names) if m)
     actions = ", ".join(f"{done[a]} {a}" for a in sorted(done)) or "none"
     result.notes.append(
         f"Hudi's timeline of the main table: completed {actions}; "

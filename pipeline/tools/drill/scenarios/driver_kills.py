@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import time
 
-from pipeline.tools.drill.model import DrillTimeout
+from pipeline.tools.drill.model import DrillSpec, DrillTimeout
 from pipeline.tools.drill.rig import Rig
 from pipeline.tools.drill.scenarios.steps import (
     COMMIT_TIMEOUT_S,
@@ -51,12 +51,20 @@ DUAL_KILL_POINTS = (
 )
 
 
+def kill_points(spec: DrillSpec) -> tuple[str, ...]:
+    """The fault points a kill drill of ``spec`` arms in turn: Hudi's own writer runs no
+    background compaction of ours, so its drills leave the compaction's two out."""
+    named = DUAL_KILL_POINTS if spec.table_format == "both" else KILL_POINTS
+    if spec.hudi_writer == "spark":
+        return tuple(p for p in named if not p.startswith("compaction-"))
+    return named
+
+
 def kill(rig: Rig) -> None:
     """SIGKILL the driver at each named fault point, then at random times, ``kills`` times;
     background compaction runs throughout (two of the points are its own)."""
     rng = random.Random(rig.spec.kills)
-    named = DUAL_KILL_POINTS if rig.spec.table_format == "both" else KILL_POINTS
-    points = list(named[: rig.spec.kills])
+    points = list(kill_points(rig.spec)[: rig.spec.kills])
     kills = 0
     # fault-point kills: each run is armed with the next point and dies there by itself
     for i, point in enumerate(points):

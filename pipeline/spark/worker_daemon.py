@@ -1,0 +1,37 @@
+"""PySpark's worker daemon with the task path imported once, before it forks workers.
+
+Spark starts one daemon per executor (``python -m <spark.python.daemon.module>``) and forks
+each Python worker from it. PySpark's own daemon imports nothing of ours, so every new
+worker imports pyarrow, pyiceberg, confluent-kafka and the pipeline's task modules itself
+(~0.5 CPU-s each, measured on the 2-core host) -- part of why a run's first batch costs
+many times a steady one. Imported here, the forked workers inherit them, and share their
+pages with the daemon.
+
+Nothing here starts a thread or opens a connection: the imports are the modules' own
+top-level code, as PySpark's daemon requires of anything loaded before it forks.
+``spark.python.daemon.module`` names this module (``pipeline.spark.session`` sets it by
+default; a cluster's own setting wins).
+"""
+
+from __future__ import annotations
+
+#: what a task imports (the decode, the Kafka reader and the staged-file writer)
+TASK_MODULES = ("pipeline.decode.arrow", "pipeline.source.reader", "pipeline.spark.writer")
+
+
+def preload() -> None:
+    import importlib
+
+    for name in TASK_MODULES:
+        importlib.import_module(name)
+
+
+def main() -> None:
+    preload()
+    from pyspark import daemon
+
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()

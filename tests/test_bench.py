@@ -56,6 +56,30 @@ def test_a_batch_line_carries_the_files_its_batch_committed() -> None:
     )
 
 
+def test_the_hudi_writers_preset_runs_each_writer_and_operation_twice(tmp_path: Path) -> None:
+    from pipeline.tools.bench.presets import HUDI_WRITERS, HUDI_WRITERS_1K
+    from pipeline.tools.bench.runs import RunSpec, pipeline_config
+
+    systems = [s.system for s in HUDI_WRITERS.matrix]
+    assert systems == [
+        "hudi",
+        "hudi (spark writer)",
+        "hudi (spark writer, bulk_insert)",
+        "hudi (spark writer, bulk_insert)",
+        "hudi (spark writer)",
+        "hudi",
+    ]  # A B C C B A: load that drifts hits each alike
+    assert (HUDI_WRITERS.payload_bytes, HUDI_WRITERS_1K.payload_bytes) == (0, 940)
+    bulk = RunSpec(format="hudi", hudi_writer="spark", hudi_operation="bulk_insert")
+    assert bulk.label == "hudi-spark-writer-bulk-insert-eo-2c"
+    hudi = pipeline_config(bulk, "r", tmp_path, "b:9092", "t")["sink"]["hudi"]
+    assert (hudi["writer"], hudi["operation"]) == ("spark", "bulk_insert")
+    assert (
+        "writer"
+        not in pipeline_config(RunSpec(format="hudi"), "r", tmp_path, "b", "t")["sink"]["hudi"]
+    )
+
+
 def test_percentile_and_windows() -> None:
     assert stats.percentile([3, 1, 2, 4], 50) == 2.5
     assert stats.percentile([5.0], 99) == 5.0

@@ -152,21 +152,23 @@ READERS = Preset(
 
 # The two Hudi writers side by side (``ingest bench --preset hudi-writers --only throughput
 # --reader spark``, on PySpark 3.5, where Hudi's Spark bundle runs): whole runs of the same
-# data into a Hudi table, native and Hudi's own Spark writer in A B B A order.
+# data into a Hudi table -- native, Hudi's writer with insert, with bulk insert -- in
+# A B C C B A order, ten batches a run.
+_WRITERS = (("native", "insert"), ("spark", "insert"), ("spark", "bulk_insert"))
 HUDI_WRITERS = replace(
     READERS,
     name="hudi-writers",
     records=200_000,
-    batch=40_000,
+    batch=20_000,
     matrix=tuple(
-        RunSpec(format="hudi", mode=EO, cores=2, hudi_writer=w)
-        for w in ("native", "spark", "spark", "native")
+        RunSpec(format="hudi", mode=EO, cores=2, hudi_writer=w, hudi_operation=op)
+        for w, op in (*_WRITERS, *reversed(_WRITERS))
     ),
 )
 
 # ... and at ~1.2 KB (the generator's events with a 940-byte payload)
 HUDI_WRITERS_1K = replace(
-    HUDI_WRITERS, name="hudi-writers-1k", records=100_000, batch=20_000, payload_bytes=940
+    HUDI_WRITERS, name="hudi-writers-1k", records=100_000, batch=10_000, payload_bytes=940
 )
 
 PRESETS = {p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS, HUDI_WRITERS_1K)}

@@ -30,18 +30,31 @@ class RunSpec:
     trigger: str = "available-now"  # or a processing-time interval, e.g. "1 second"
     starting_offsets: str | dict[str, dict[str, int]] = "earliest"
     hudi_writer: str = "native"  # sink.hudi.writer of a Hudi run
+    hudi_operation: str = "insert"  # sink.hudi.operation of Hudi's own writer
+
+    @property
+    def _spark_writer(self) -> bool:
+        return self.format == "hudi" and self.hudi_writer != "native"
 
     @property
     def system(self) -> str:
         """What a report groups runs by: the format, and for Hudi which writer."""
-        if self.format == "hudi" and self.hudi_writer != "native":
-            return f"hudi ({self.hudi_writer} writer)"
+        if self._spark_writer:
+            operation = "" if self.hudi_operation == "insert" else f", {self.hudi_operation}"
+            return f"hudi ({self.hudi_writer} writer{operation})"
         return self.format
 
     @property
     def label(self) -> str:
         mode = "eo" if self.mode == "exactly-once" else "alo"
-        writer = "-spark-writer" if self.format == "hudi" and self.hudi_writer != "native" else ""
+        writer = ""
+        if self._spark_writer:
+            bulk = (
+                ""
+                if self.hudi_operation == "insert"
+                else f"-{self.hudi_operation.replace('_', '-')}"
+            )
+            writer = f"-spark-writer{bulk}"
         return f"{self.format}{writer}-{mode}-{self.cores}c"
 
 
@@ -57,7 +70,7 @@ def pipeline_config(
     }
     sink.update(format_named(spec.format).local_sink(workdir))
     if spec.format == "hudi" and spec.hudi_writer != "native":
-        sink["hudi"]["writer"] = spec.hudi_writer
+        sink["hudi"].update(writer=spec.hudi_writer, operation=spec.hudi_operation)
     source: dict[str, Any] = {
         "bootstrapServers": bootstrap,
         "topics": [topic],

@@ -89,6 +89,9 @@ def build_spark(
         options["spark.master"] = master
     elif not os.environ.get("SPARK_MASTER"):
         defaults["spark.master"] = os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
+    from pipeline.spark.worker_daemon import daemon_conf
+
+    defaults.update(daemon_conf(options.get("spark.master", defaults.get("spark.master", ""))))
     # Under spark-submit the JVM's conf already holds its --master, --conf and properties
     # file: our defaults only fill the gaps (a builder option would override them: a
     # `spark-submit --master spark://…` then ran everything in local[*]). The pipeline

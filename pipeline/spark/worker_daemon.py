@@ -9,14 +9,21 @@ pages with the daemon.
 
 Nothing here starts a thread or opens a connection: the imports are the modules' own
 top-level code, as PySpark's daemon requires of anything loaded before it forks.
-``spark.python.daemon.module`` names this module (``pipeline.spark.session`` sets it by
-default; a cluster's own setting wins).
+``spark.python.daemon.module`` names this module: ``pipeline.spark.session`` sets it by
+default on local masters (:func:`daemon_conf`); given settings win.
 """
 
 from __future__ import annotations
 
 #: what a task imports (the decode, the Kafka reader and the staged-file writer)
 TASK_MODULES = ("pipeline.decode.arrow", "pipeline.source.reader", "pipeline.spark.writer")
+
+
+def daemon_conf(master: str) -> dict[str, str]:
+    """This daemon for a session on ``master`` when its workers run the driver's own
+    Python (``local``), which imports the package; a cluster's executors may lack it, so
+    they keep PySpark's daemon unless their own configuration names this one."""
+    return {"spark.python.daemon.module": __name__} if master.startswith("local") else {}
 
 
 def preload() -> None:

@@ -73,6 +73,11 @@ EXTENDED: dict[str, int] = {
     # Hudi's own Spark writer (2026-11-28): its kill test runs in the PySpark 3.5 stage
     "tests/test_hudi_spark_pipeline.py::test_an_unpartitioned_table_reads_the_same_in_every_reader": 3,  # 70 s
     "tests/test_hudi_spark_pipeline.py::test_tables_on_s3_are_exactly_once_across_kills": 3,  # 90 s
+    # the default stage's ten minutes (2026-11-29: 557 s before): CLI cases that wait out
+    # the broker timeout (run's stays in the default stage)
+    "tests/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[bench-unreachable-broker]": 0,  # 10 s
+    "tests/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[drill-unreachable-broker]": 1,  # 10 s
+    "tests/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[produce-unreachable-broker]": 2,  # 10 s
 }
 
 # the drills of the full matrix outside CI's subset: (label, table format) -> share

@@ -120,7 +120,9 @@ class S3Settings:
         conf = {"fs.s3.impl": f"{s3a}.S3AFileSystem", "fs.s3a.impl": f"{s3a}.S3AFileSystem"}
         if self.endpoint is not None:
             conf["fs.s3a.endpoint"] = self.endpoint
-            conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https://")).lower()
+            conf["fs.s3a.connection.ssl.enabled"] = str(
+                self.endpoint.startswith("https://")
+            ).lower()
         if self.endpoint is not None or self.virtual_addressing is not None:
             conf["fs.s3a.path.style.access"] = str(not self.virtual_addressing).lower()
         if self.access_key is not None and self.secret_key is not None:

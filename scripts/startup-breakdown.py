@@ -16,7 +16,8 @@ available-now, ``--batch`` records per trigger) and marks, from its own launch:
     first plan   the first batch handed to foreachBatch (Spark's first planning)
     batch N      each committed batch, with its phases as the coordinator logs them
 
-with the CPU-seconds of the process tree (the JVM included) at each mark, and peak RSS.
+with the CPU-seconds of the process tree (the JVM included) at each mark, also by role
+(driver, JVM, Python workers), and peak RSS.
 Single runs on a shared host: read them as +-20 %.
 """
 
@@ -47,6 +48,24 @@ def _tree_cpu(proc: psutil.Process) -> float:
     return total
 
 
+def _tree_cpu_by_role(proc: psutil.Process) -> dict[str, float]:
+    """CPU-seconds of the tree by role: this driver process, the JVM, the Python workers
+    (the JVM's reaped children, the daemons and their workers, live or reaped)."""
+    roles = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            own, reaped = t.user + t.system, t.children_user + t.children_system
+            if p.pid == proc.pid:
+                roles["driver"] += own  # its reaped children: none but the JVM's launcher
+            elif "java" in p.name():
+                roles["jvm"] += own
+                roles["workers"] += reaped
+            else:
+                roles["workers"] += own + reaped
+    return {k: round(v, 3) for k, v in roles.items()}
+
+
 def _tree_rss(proc: psutil.Process) -> int:
     total = 0
     for p in [proc, *proc.children(recursive=True)]:
@@ -65,7 +84,8 @@ def child(config_path: str, batches: int) -> int:
     def mark(what: str, **extra: Any) -> None:
         peak[0] = max(peak[0], _tree_rss(me))
         marks.append({"phase": what, "t": round(time.time() - launched, 3),
-                      "cpu": round(_tree_cpu(me), 3), **extra})  # fmt: skip
+                      "cpu": round(_tree_cpu(me), 3), "roles": _tree_cpu_by_role(me),
+                      **extra})  # fmt: skip
 
     from pipeline.app import Pipeline
     from pipeline.config import load_config
@@ -173,11 +193,13 @@ def main() -> int:
             report["runs"][label] = run
             print(f"== {label}, peak RSS {run['peak_rss_gib']} GiB")
             prev_t = prev_cpu = 0.0
+            prev_roles: dict[str, float] = {}
             for m in run["marks"]:
+                added = {k: round(v - prev_roles.get(k, 0.0), 2) for k, v in m["roles"].items()}
                 print(f"  {m['phase']:<12} at {m['t']:7.2f} s (+{m['t'] - prev_t:5.2f} s), "
-                      f"CPU {m['cpu']:6.2f} s (+{m['cpu'] - prev_cpu:5.2f})"
+                      f"CPU {m['cpu']:6.2f} s (+{m['cpu'] - prev_cpu:5.2f} {added})"
                       + (f"  {m.get('timings')}" if m.get("timings") else ""))  # fmt: skip
-                prev_t, prev_cpu = m["t"], m["cpu"]
+                prev_t, prev_cpu, prev_roles = m["t"], m["cpu"], m["roles"]
     finally:
         broker.stop()
     if ns.out:

@@ -39,15 +39,6 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tree_cpu(proc: psutil.Process) -> float:
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
 def _tree_cpu_by_role(proc: psutil.Process) -> dict[str, float]:
     """CPU-seconds of the tree by role: this driver process, the JVM, the Python workers
     (the JVM's reaped children, the daemons and their workers, live or reaped)."""
@@ -57,7 +48,7 @@ def _tree_cpu_by_role(proc: psutil.Process) -> dict[str, float]:
             t = p.cpu_times()
             own, reaped = t.user + t.system, t.children_user + t.children_system
             if p.pid == proc.pid:
-                roles["driver"] += own  # its reaped children: none but the JVM's launcher
+                roles["driver"] += own + reaped  # reaped: e.g. its `java -version` check
             elif "java" in p.name():
                 roles["jvm"] += own
                 roles["workers"] += reaped
@@ -83,8 +74,9 @@ def child(config_path: str, batches: int) -> int:
 
     def mark(what: str, **extra: Any) -> None:
         peak[0] = max(peak[0], _tree_rss(me))
+        roles = _tree_cpu_by_role(me)
         marks.append({"phase": what, "t": round(time.time() - launched, 3),
-                      "cpu": round(_tree_cpu(me), 3), "roles": _tree_cpu_by_role(me),
+                      "cpu": round(sum(roles.values()), 3), "roles": roles,
                       **extra})  # fmt: skip
 
     from pipeline.app import Pipeline

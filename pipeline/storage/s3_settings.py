@@ -126,15 +126,14 @@ class S3Settings:
         if self.endpoint is not None or self.virtual_addressing is not None:
             conf["fs.s3a.path.style.access"] = str(not self.virtual_addressing).lower()
         if self.access_key is not None and self.secret_key is not None:
+            temporary = self.session_token is not None
             provider = (
-                "TemporaryAWSCredentialsProvider"
-                if self.session_token
-                else ("SimpleAWSCredentialsProvider")
+                "TemporaryAWSCredentialsProvider" if temporary else "SimpleAWSCredentialsProvider"
             )
             conf["fs.s3a.aws.credentials.provider"] = f"{s3a}.{provider}"
             conf["fs.s3a.access.key"] = self.access_key
             conf["fs.s3a.secret.key"] = self.secret_key
-            if self.session_token:
+            if self.session_token is not None:
                 conf["fs.s3a.session.token"] = self.session_token
         if self.region is not None:
             conf["fs.s3a.endpoint.region"] = self.region

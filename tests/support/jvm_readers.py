@@ -69,18 +69,12 @@ def _run(env: dict[str, str], script: Path, *args: str) -> tuple[list[dict[str, 
 
 
 def _s3a(server: Any) -> list[str]:
-    """``read_hudi.py``'s flags for tables on ``server`` (an ``S3Server``): S3A's jars and
-    settings."""
-    settings = {
-        "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",  # s3:// base paths, as written
-        "fs.s3a.endpoint": server.endpoint,
-        "fs.s3a.path.style.access": "true",
-        "fs.s3a.connection.ssl.enabled": "false",
-        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-        "fs.s3a.access.key": server.access_key,
-        "fs.s3a.secret.key": server.secret_key,
-    }
-    return [f"--hadoop={k}={v}" for k, v in settings.items()]
+    """``read_hudi.py``'s flags for tables on ``server`` (an ``S3Server``): S3A's settings,
+    as Hudi's own writer gets them (``s3://`` base paths mapped to S3A, as written)."""
+    from pipeline.storage.s3_settings import S3Settings
+
+    settings = S3Settings.from_properties(server.properties()).hadoop_conf()
+    return [f"--hadoop={k.removeprefix('spark.hadoop.')}={v}" for k, v in settings.items()]
 
 
 def hudi_spark_read(

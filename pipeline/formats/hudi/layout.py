@@ -76,6 +76,11 @@ BASE_FILE = re.compile(
 INSTANT_FILE = re.compile(
     r"^(?P<ts>[0-9]{14}(?:[0-9]{3})?)\.(?P<action>[a-z]+)(?:\.(?P<state>requested|inflight))?$"
 )
+#: a completed instant of timeline layout 2 (table version 8 and later, Hudi's own writer):
+#: ``<requested>_<completed>.<action>`` in ``.hoodie/timeline``
+COMPLETED_INSTANT_V2 = re.compile(
+    r"^(?P<requested>[0-9]{17})_(?P<completed>[0-9]{17})\.(?P<action>[a-z]+)$"
+)
 EMPTY_COMMIT_METADATA = (
     b'{"partitionToWriteStats":{},"compacted":false,"extraMetadata":{},"operationType":"INSERT"}'
 )

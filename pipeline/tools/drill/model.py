@@ -51,6 +51,12 @@ class DrillSpec:
     hudi_writer: str = "native"
 
     @property
+    def own_maintenance(self) -> bool:
+        """The pipeline's own compaction and orphan cleanup run (the native writers'; Hudi's
+        own writer runs Hudi's services instead)."""
+        return self.table_format != "hudi" or self.hudi_writer == "native"
+
+    @property
     def label(self) -> str:
         """The scenario's name in reports (``kill@cluster``: the kill drill on a cluster;
         ``zombie@s3``: with the tables on S3; ``kill@spark-reader``: read through Spark's

@@ -67,12 +67,9 @@ def drill_config(
         "metrics": {"enabled": True, "port": 0},
     }
     maintenance: dict[str, Any] = {}
-    # the pipeline's own compaction and orphan cleanup are the native writers'; Hudi's own
-    # writer runs Hudi's services instead
-    native = spec.table_format != "hudi" or spec.hudi_writer == "native"
-    if spec.scenario in compactions.COMPACTION_SCENARIOS and native:
+    if spec.scenario in compactions.COMPACTION_SCENARIOS and spec.own_maintenance:
         maintenance["compaction"] = dict(compactions.DRILL_COMPACTION)
-    if spec.scenario in compactions.ORPHAN_SCENARIOS and native:
+    if spec.scenario in compactions.ORPHAN_SCENARIOS and spec.own_maintenance:
         maintenance["orphans"] = dict(compactions.DRILL_ORPHANS)
         config["commit"] = {"catalogRetrySeconds": compactions.DRILL_CATALOG_RETRY_S}
     if maintenance:

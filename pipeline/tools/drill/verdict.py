@@ -20,8 +20,6 @@ from pipeline.tools.drill.producer import RateProducer
 
 # one line per recommit attempt, logged before its commit (pipeline/commit/recovery.py)
 RECOMMIT_LINE = re.compile(r"instant (\d{17}) \(batch \d+\) recommitting")
-# a completed instant on a Hudi 1.x timeline: <requested>_<completed>.<action>
-COMPLETED_INSTANT = re.compile(r"\d{17}_\d{17}\.([a-z]+)")
 
 
 def count_produced(
@@ -168,18 +166,18 @@ def hudi_services_outcome(result: DrillResult, cfg: PipelineConfig) -> None:
     hudi = cfg.sink.hudi
     if hudi is None or hudi.writer != "spark":
         return
+    from pipeline.formats.hudi.layout import COMPLETED_INSTANT_V2, META_DIR
     from pipeline.formats.hudi.storage import open_location
 
     files = open_location(hudi.base_path, hudi.properties)
     try:
-        names = files.listdir(".hoodie/timeline") or []
-        history = files.listdir(".hoodie/timeline/history") or []
+        names = files.listdir(f"{META_DIR}/timeline") or []
+        history = files.listdir(f"{META_DIR}/timeline/history") or []
     except Exception as e:  # the note is optional for the verdict
         result.notes.append(f"Hudi timeline not listable: {e}")
         return
-    # completed instants are named <requested>_<completed>.<action> (a killed writer may
-    # leave a temporary <name>.<uuid> behind: not an instant)
-    done = Counter(m[1] for m in map(COMPLETED_INSTANT.fullmatch, names) if m)
+    # only completed instants count (a killed writer may leave a temporary <name>.<uuid>)
+    done = Counter(m["action"] for m in map(COMPLETED_INSTANT_V2.match, names) if m)
     actions = ", ".join(f"{done[a]} {a}" for a in sorted(done)) or "none"
     result.notes.append(
         f"Hudi's timeline of the main table: completed {actions}; "

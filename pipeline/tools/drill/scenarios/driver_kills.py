@@ -52,10 +52,10 @@ DUAL_KILL_POINTS = (
 
 
 def kill_points(spec: DrillSpec) -> tuple[str, ...]:
-    """The fault points a kill drill of ``spec`` arms in turn: Hudi's own writer runs no
-    background compaction of ours, so its drills leave the compaction's two out."""
+    """The fault points a kill drill of ``spec`` arms in turn: without the pipeline's own
+    compaction (Hudi's own writer) the compaction's two are left out."""
     named = DUAL_KILL_POINTS if spec.table_format == "both" else KILL_POINTS
-    if spec.hudi_writer == "spark":
+    if not spec.own_maintenance:
         return tuple(p for p in named if not p.startswith("compaction-"))
     return named
 

@@ -7,18 +7,27 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipeline.spark.worker_daemon import TASK_MODULES, daemon_conf
+from pipeline.spark.worker_daemon import DAEMON_KEY, TASK_MODULES, daemon_conf
 
 
-def test_only_local_masters_get_the_preloading_daemon() -> None:
-    assert daemon_conf("local[2]") == {"spark.python.daemon.module": "pipeline.spark.worker_daemon"}
-    assert daemon_conf("local") == daemon_conf("local[*]") == daemon_conf("local[2]")
+def test_the_daemon_follows_the_master_the_session_runs_on() -> None:
+    ours = {DAEMON_KEY: "pipeline.spark.worker_daemon"}
+    for master in ("local", "local[2]", "local[*]"):
+        assert daemon_conf({"spark.master": master}, {}) == ours
     for master in ("spark://h:7077", "k8s://https://h:6443", "yarn", ""):
-        assert daemon_conf(master) == {}
+        assert daemon_conf({"spark.master": master}, {}) == {}
+    # under spark-submit the submitted master counts (a cluster's executors may lack the
+    # package), unless the pipeline's config names its own
+    assert daemon_conf({}, {"spark.master": "spark://h:7077"}) == {}
+    assert daemon_conf({}, {"spark.master": "local[2]"}) == ours
+    assert daemon_conf({"spark.master": "spark://h:7077"}, {"spark.master": "local[1]"}) == {}
+    # a daemon named by the config or by spark-submit wins
+    assert daemon_conf({"spark.master": "local", DAEMON_KEY: "pyspark.daemon"}, {}) == {}
+    assert daemon_conf({"spark.master": "local"}, {DAEMON_KEY: "pyspark.daemon"}) == {}
 
 
 def test_local_workers_fork_from_the_daemon_with_the_task_path_imported(spark: Any) -> None:
-    assert spark.conf.get("spark.python.daemon.module") == "pipeline.spark.worker_daemon"
+    assert spark.conf.get(DAEMON_KEY) == "pipeline.spark.worker_daemon"
 
     def parent(_: Any) -> list[tuple[str, list[str]]]:
         import sys

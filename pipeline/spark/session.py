@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import EnvironmentProblem
+from pipeline.spark.worker_daemon import daemon_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,9 +90,6 @@ def build_spark(
         options["spark.master"] = master
     elif not os.environ.get("SPARK_MASTER"):
         defaults["spark.master"] = os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
-    from pipeline.spark.worker_daemon import daemon_conf
-
-    defaults.update(daemon_conf(options.get("spark.master", defaults.get("spark.master", ""))))
     # Under spark-submit the JVM's conf already holds its --master, --conf and properties
     # file: our defaults only fill the gaps (a builder option would override them: a
     # `spark-submit --master spark://…` then ran everything in local[*]). The pipeline
@@ -99,6 +97,7 @@ def build_spark(
     given = _submitted_conf()
     options.update({k: v for k, v in defaults.items() if k not in given})
     options.update(conf or {})
+    options.update(daemon_conf(options, given))  # on the master the session runs on
     if jars:
         given_jars = [j for j in options.get("spark.jars", "").split(",") if j]
         options["spark.jars"] = ",".join([*given_jars, *(j for j in jars if j not in given_jars)])
@@ -128,15 +127,15 @@ def build_spark(
     return spark
 
 
-def _submitted_conf() -> set[str]:
-    """Keys spark-submit (or another launcher that started the JVM and handed us its
+def _submitted_conf() -> dict[str, str]:
+    """What spark-submit (or another launcher that started the JVM and handed us its
     gateway) already set; empty when this program will start the JVM itself."""
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return set()
+        return {}
     from pyspark import SparkConf, SparkContext
 
     SparkContext._ensure_initialized()  # connects to that JVM: SparkConf() then reads it
-    return {k for k, _ in SparkConf().getAll()}
+    return dict(SparkConf().getAll())
 
 
 def _handles(handler: object) -> bool:
@@ -179,11 +178,11 @@ def _launch_jvm(options: Mapping[str, str]) -> None:
 
 
 def _warm_task(_: object) -> list[int]:
-    # the task path's own imports (the first real task then only unpickles its plan)
-    import pipeline.decode.arrow
-    import pipeline.source.reader
-    import pipeline.spark.writer  # noqa: F401
+    # the task path's own imports (the first real task then only unpickles its plan); a
+    # worker forked from the pipeline's daemon has them already
+    from pipeline.spark.worker_daemon import preload
 
+    preload()
     return [0]
 
 

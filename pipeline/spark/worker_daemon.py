@@ -15,15 +15,25 @@ default on local masters (:func:`daemon_conf`); given settings win.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 #: what a task imports (the decode, the Kafka reader and the staged-file writer)
 TASK_MODULES = ("pipeline.decode.arrow", "pipeline.source.reader", "pipeline.spark.writer")
 
 
-def daemon_conf(master: str) -> dict[str, str]:
-    """This daemon for a session on ``master`` when its workers run the driver's own
-    Python (``local``), which imports the package; a cluster's executors may lack it, so
-    they keep PySpark's daemon unless their own configuration names this one."""
-    return {"spark.python.daemon.module": __name__} if master.startswith("local") else {}
+DAEMON_KEY = "spark.python.daemon.module"
+
+
+def daemon_conf(settings: Mapping[str, str], submitted: Mapping[str, str]) -> dict[str, str]:
+    """This daemon, to add to a session's ``settings`` (the pipeline's and ours) when it
+    runs on a ``local`` master -- ``settings``' own, else the one spark-submit gave
+    (``submitted``) -- whose workers run the driver's Python, which imports the package. A
+    cluster's executors may lack it: they keep PySpark's daemon. A daemon set in either
+    wins."""
+    if DAEMON_KEY in settings or DAEMON_KEY in submitted:
+        return {}
+    master = settings.get("spark.master") or submitted.get("spark.master", "")
+    return {DAEMON_KEY: __name__} if master.startswith("local") else {}
 
 
 def preload() -> None:

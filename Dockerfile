@@ -120,6 +120,7 @@ COPY --from=package /wheels /tmp/wheels
 RUN /opt/ingest/venv/bin/pip install --no-cache-dir --no-compile --no-deps --no-index /tmp/wheels/*.whl \
  && /opt/ingest/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash \
       "$(/opt/ingest/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pipeline" >/dev/null \
+ && SPARK_HOME=/opt/ingest/spark /opt/ingest/venv/bin/python -m pipeline.spark.pyspark_zip \
  && rm -rf /tmp/wheels \
  && jars="$(INGEST_JVM_DIR=/opt/ingest/jvm /opt/ingest/venv/bin/python -m pipeline.source.spark_kafka jars)" \
  && for jar in $(echo "$jars" | tr ',' ' '); do ln -s "$jar" /opt/ingest/spark/jars/; done

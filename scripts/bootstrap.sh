@@ -49,3 +49,6 @@ export PATH="$VENV/bin:$PATH"
 # The driver JVM's class archive (once per Java and Spark; starts then map Spark's classes
 # instead of loading them: pipeline/spark/class_archive.py). Never fails the set-up.
 "$VENV/bin/python" -m pipeline.spark.class_archive >&2 || true
+# Byte code in PySpark's zip, which Spark's Python processes import instead of the package
+# (each query start's source planner compiled PySpark again: pipeline/spark/pyspark_zip.py).
+"$VENV/bin/python" -m pipeline.spark.pyspark_zip >&2 || true

@@ -32,6 +32,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/python" ]; 
     last="$(grep -E 'ERROR|Error' "$log" | tail -n1 | cut -c1-200)"
     missing "pip install pyspark==$VERSION and the project failed: ${last:-see $log}"
   fi
+  "$VENV/bin/python" -m pipeline.spark.pyspark_zip >>"$log" 2>&1 || true  # see bootstrap.sh
   echo "$want" >"$stamp"
 fi
 echo "$VENV/bin/python"

@@ -26,18 +26,24 @@ def test_the_daemon_follows_the_master_the_session_runs_on() -> None:
     assert daemon_conf({"spark.master": "local"}, {DAEMON_KEY: "pyspark.daemon"}) == {}
 
 
+# what a task's plan unpickles besides the task path: the formats' file writers (the
+# Iceberg one imports pyiceberg's pyarrow I/O, ~0.4 s a worker)
+PLAN_MODULES = ("pipeline.formats.iceberg.writer", "pipeline.formats.hudi.writer")
+
+
 def test_local_workers_fork_from_the_daemon_with_the_task_path_imported(spark: Any) -> None:
     assert spark.conf.get(DAEMON_KEY) == "pipeline.spark.worker_daemon"
+    wanted = (*TASK_MODULES, *PLAN_MODULES)
 
     def parent(_: Any) -> list[tuple[str, list[str]]]:
         import sys
 
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             cmdline = f.read().replace(b"\0", b" ").decode()
-        return [(cmdline, [m for m in TASK_MODULES if m in sys.modules])]
+        return [(cmdline, [m for m in wanted if m in sys.modules])]
 
     for cmdline, modules in (
         spark.sparkContext.parallelize(range(2), 2).mapPartitions(parent).collect()
     ):
         assert "-m pipeline.spark.worker_daemon" in cmdline, cmdline
-        assert modules == list(TASK_MODULES)
+        assert modules == list(wanted)

@@ -12,13 +12,7 @@ One module per part of the file: :mod:`~pipeline.config.source`,
 :mod:`~pipeline.config.base` what they share.
 """
 
-from pipeline.config.base import (
-    _string_choices,
-    masked_settings,
-    normalize_duration,
-    seconds_of,
-    spark_duration_seconds,
-)
+from pipeline.config.base import _string_choices, masked_settings
 from pipeline.config.decode import (
     REGISTRY_FORMATS,
     DecodeConfig,
@@ -41,6 +35,7 @@ from pipeline.config.runtime import (
 )
 from pipeline.config.sink import CatalogConfig, HudiConfig, SinkConfig
 from pipeline.config.source import SourceConfig
+from pipeline.durations import normalize_duration, seconds_of, spark_duration_seconds
 
 __all__ = [
     "REGISTRY_FORMATS",

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config.base import Seconds, _Model, normalize_duration
+from pipeline.config.base import Seconds, _Model
+from pipeline.durations import normalize_duration
 
 
 class TriggerConfig(_Model):

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.config.base import _Model, masked_settings, normalize_duration
+from pipeline.config.base import _Model, masked_settings
+from pipeline.durations import normalize_duration
 
 
 class SourceConfig(_Model):

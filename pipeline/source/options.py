@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.commit.offsets import TopicPartition
-from pipeline.config import spark_duration_seconds
+from pipeline.durations import spark_duration_seconds
 from pipeline.errors import ConfigError
 
 SOURCE_NAME = "ingest_kafka"  # the format name the Python reader registers

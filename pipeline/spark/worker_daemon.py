@@ -17,8 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-#: what a task imports (the decode, the Kafka reader and the staged-file writer)
-TASK_MODULES = ("pipeline.decode.arrow", "pipeline.source.reader", "pipeline.spark.writer")
+#: what a task imports (the decode, the Kafka reader and the staged-file writer) and what
+#: its plan unpickles: the formats' file writers (Iceberg's imports pyiceberg's pyarrow I/O,
+#: ~0.4 s; a worker forked without it paid that in its first task, a take-over's too)
+TASK_MODULES = (
+    "pipeline.decode.arrow",
+    "pipeline.source.reader",
+    "pipeline.spark.writer",
+    "pipeline.formats.iceberg.writer",
+    "pipeline.formats.hudi.writer",
+)
 
 
 DAEMON_KEY = "spark.python.daemon.module"

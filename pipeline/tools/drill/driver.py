@@ -31,7 +31,9 @@ class DriverProcess:
         self.n, self.fault = n, fault
         self.out_path = workdir / f"driver-{n:02d}.out"
         self.err_path = workdir / f"driver-{n:02d}.err"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": "ERROR"}
+        # Spark's own log at ERROR unless the drill was asked for more (a breakdown)
+        level = os.environ.get("INGEST_SPARK_LOG_LEVEL", "ERROR")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "INGEST_SPARK_LOG_LEVEL": level}
         env.pop("INGEST_FAULT", None)
         if fault:
             env["INGEST_FAULT"] = fault

@@ -32,9 +32,10 @@ def standby(rig: Rig) -> None:
     for _ in range(rig.spec.kills):
         _await_warm(rig, waiting)
         time.sleep(rng.uniform(0.0, 1.0))  # anywhere in a batch
+        killed_at = rig.now()  # timed from the signal, not from the process reaped
         active.kill()
         rig.event("kill", f"SIGKILL active driver {active.n}")
-        _await_takeover(rig, waiting)
+        _await_takeover(rig, waiting, killed_at)
         if "took over the lease" not in waiting.log():
             rig.result.problems.append(f"driver {waiting.n} committed without taking over")
         active, waiting = waiting, rig.start_driver(sets=HA, restart=False)
@@ -67,10 +68,11 @@ def _await_warm(rig: Rig, d: DriverProcess) -> None:
     rig.wait_commits(1, timeout=COMMIT_TIMEOUT_S)
 
 
-def _await_takeover(rig: Rig, d: DriverProcess) -> None:
-    """The active just died or froze: count a restart, wait for ``d``'s first commit."""
+def _await_takeover(rig: Rig, d: DriverProcess, since: float | None = None) -> None:
+    """The active just died (at ``since``) or froze: count a restart, wait for ``d``'s
+    first commit."""
     rig.result.restarts += 1
-    rig.recovery_from_now()
+    rig.recovery_from_now(since)
     rig.wait_until(
         lambda: rig.recoveries[-1].first_commit is not None,
         COMMIT_TIMEOUT_S,

@@ -139,6 +139,16 @@ def main() -> int:
         "pipeline.spark.worker_daemon (the task path imported before workers fork); "
         "both: each run twice, PySpark's first",
     )
+    ap.add_argument(
+        "--jit",
+        default="tiered",
+        choices=("tiered", "c1", "both"),
+        help="the driver JVM's JIT: tiered (C1 then C2, the JVM's default) or c1 "
+        "(-XX:TieredStopAtLevel=1); both: each run twice, tiered first",
+    )
+    ap.add_argument(
+        "--jfr", type=Path, help="a directory: each run's driver JVM records a JFR profile there"
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ns = ap.parse_args()
@@ -158,9 +168,10 @@ def main() -> int:
         ds = produce_dataset(broker, ns.records, ns.partitions)
         archives = ["off", "on"] if ns.class_archive == "both" else [ns.class_archive]
         daemons = ["pyspark", "preload"] if ns.worker_daemon == "both" else [ns.worker_daemon]
-        runs = [(r, a, d) for r in readers for a in archives for d in daemons]
-        for reader, archive, daemon in runs:
-            label = f"{reader} (class archive {archive}, worker daemon {daemon})"
+        jits = ["tiered", "c1"] if ns.jit == "both" else [ns.jit]
+        runs = [(r, a, d, j) for r in readers for a in archives for d in daemons for j in jits]
+        for reader, archive, daemon, jit in runs:
+            label = f"{reader} (class archive {archive}, worker daemon {daemon}, JIT {jit})"
             work = Path(tempfile.mkdtemp(prefix=f"startup-{reader}-"))
             spec = RunSpec(max_records_per_trigger=ns.batch)
             doc = pipeline_config(spec, reader, work, broker.bootstrap_servers, ds.topic)
@@ -170,6 +181,20 @@ def main() -> int:
             doc["spark"]["conf"]["spark.python.daemon.module"] = (
                 "pipeline.spark.worker_daemon" if daemon == "preload" else "pyspark.daemon"
             )
+            # with the session's own log4j option, which a given one replaces
+            log4j = ROOT / "pipeline" / "resources" / "log4j2.properties"
+            java = [f"-Dlog4j2.configurationFile=file:{log4j}"]
+            if jit == "c1":
+                java.append("-XX:TieredStopAtLevel=1")
+            if ns.jfr:
+                ns.jfr.mkdir(parents=True, exist_ok=True)
+                name = f"{reader}-{archive}-{daemon}-{jit}.jfr"
+                java.append(
+                    f"-XX:StartFlightRecording=filename={ns.jfr.resolve() / name},"
+                    "settings=profile,dumponexit=true"
+                )
+            if len(java) > 1:
+                doc["spark"]["conf"]["spark.driver.extraJavaOptions"] = " ".join(java)
             path = work / "pipeline.yaml"
             path.write_text(yaml.safe_dump(doc))
             batches = -(-ns.records // ns.batch)

@@ -76,6 +76,14 @@ def drill(
             "PySpark 3.5)"
         ),
     ] = "native",
+    local_cores: Annotated[
+        int,
+        typer.Option(
+            help="cores of the drilled pipeline's local Spark master (local[N,4]); "
+            "ignored with --cluster",
+            min=1,
+        ),
+    ] = 2,
     out_dir: Annotated[
         Path, typer.Option("--out", help="report.json, timeline.png, work dirs")
     ] = Path("./drills"),
@@ -149,7 +157,7 @@ def drill(
         if fast and kills is not None:
             specs = [dataclasses.replace(s, kills=kills) for s in specs]
         specs = [
-            dataclasses.replace(s, reader=r, hudi_writer=hudi_writer)
+            dataclasses.replace(s, reader=r, hudi_writer=hudi_writer, local_cores=local_cores)
             for s in specs
             for r in readers
         ]

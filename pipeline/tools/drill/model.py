@@ -49,6 +49,8 @@ class DrillSpec:
     reader: str = "auto"
     # sink.hudi.writer of a Hudi drill: native, or spark (Hudi's own writer, PySpark 3.5)
     hudi_writer: str = "native"
+    # cores of the local master (local[N,4]) when not on a cluster
+    local_cores: int = 2
 
     @property
     def own_maintenance(self) -> bool:
@@ -61,7 +63,8 @@ class DrillSpec:
         """The scenario's name in reports (``kill@cluster``: the kill drill on a cluster;
         ``zombie@s3``: with the tables on S3; ``kill@spark-reader``: read through Spark's
         Kafka source, ``kill@python-reader`` through ours, when chosen explicitly;
-        ``kill@spark-writer``: Hudi's table written by Hudi's own Spark writer)."""
+        ``kill@spark-writer``: Hudi's table written by Hudi's own Spark writer;
+        ``standby@local1``: Spark's local master with one core)."""
         name = self.scenario
         if self.cluster and self.scenario not in CLUSTER_ONLY:
             name += "@cluster"
@@ -69,6 +72,8 @@ class DrillSpec:
             name += "@s3"
         if self.hudi_writer != "native" and self.table_format == "hudi":
             name += f"@{self.hudi_writer}-writer"
+        if self.local_cores != 2 and not self.cluster:
+            name += f"@local{self.local_cores}"
         return name if self.reader == "auto" else f"{name}@{self.reader}-reader"
 
 

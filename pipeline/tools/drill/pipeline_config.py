@@ -1,8 +1,8 @@
 """The pipeline config a drill runs (``drill_config``): a 1 s processing-time trigger,
-metrics on a free port, Spark ``local[2,4]`` or a standalone cluster's master
-(``cluster_spark``), tables on local files or an S3 server, and background compaction
-(``compactions.DRILL_COMPACTION``) and orphan cleanup with a short safety interval
-(``compactions.DRILL_ORPHANS``) for the kill, zombie and standby drills."""
+metrics on a free port, Spark ``local[N,4]`` (``DrillSpec.local_cores``) or a standalone
+cluster's master (``cluster_spark``), tables on local files or an S3 server, and
+background compaction (``compactions.DRILL_COMPACTION``) and orphan cleanup with a short
+safety interval (``compactions.DRILL_ORPHANS``) for the kill, zombie and standby drills."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def drill_config(
     registry_url: str | None = None,
 ) -> dict[str, Any]:
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
-    ``master``: a standalone cluster's URL (else local[2,4]); ``s3``: tables in a new
+    ``master``: a standalone cluster's URL (else local[N,4]); ``s3``: tables in a new
     bucket of that server; ``registry_url``: the topic carries Avro through that Schema
     Registry (``decode.format: avro``, the subject's latest version). The kill, zombie and
     standby drills run with background compaction (:data:`compactions.DRILL_COMPACTION`)
@@ -62,8 +62,12 @@ def drill_config(
         "sink": sink,
         "checkpointLocation": str(workdir / "checkpoint"),
         "trigger": {"mode": "processing-time", "interval": TRIGGER},
-        # local[2,4]: task failures are retried (4 attempts), as on a cluster
-        "spark": {"master": "local[2,4]"} if master is None else cluster_spark(master, workdir),
+        # local[N,4]: task failures are retried (4 attempts), as on a cluster
+        "spark": (
+            {"master": f"local[{spec.local_cores},4]"}
+            if master is None
+            else cluster_spark(master, workdir)
+        ),
         "metrics": {"enabled": True, "port": 0},
     }
     maintenance: dict[str, Any] = {}

@@ -47,3 +47,30 @@ def test_local_workers_fork_from_the_daemon_with_the_task_path_imported(spark: A
     ):
         assert "-m pipeline.spark.worker_daemon" in cmdline, cmdline
         assert modules == list(wanted)
+
+
+
+def test_warm_up_starts_the_workers_of_both_kinds_of_batch_job(spark: Any) -> None:
+    """A warm standby's take-over starts no Python worker: the RDD job of the arrow engine
+    and the SQL ``mapInArrow`` of Spark's Kafka source find theirs already running."""
+    import time
+
+    from pipeline.spark.session import warm_up
+
+    def worker_ages(batches: Any) -> Any:  # each worker's age: /proc start against uptime
+        import pyarrow as pa
+
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"age": [uptime - started]})
+
+    warm_up(spark)
+    time.sleep(2.0)
+    n = int(spark.sparkContext.defaultParallelism)
+    ages = spark.range(n, numPartitions=n).mapInArrow(worker_ages, "age DOUBLE").collect()
+    assert len(ages) == n
+    assert all(row.age >= 1.5 for row in ages), ages  # started before this job

@@ -60,7 +60,9 @@ class LeaseHolder:
         self.lease = Standby(self.cfg.ha, self.timeline.store, host)
         if metrics is not None:
             metrics.watch_standby(self.lease.status)  # a warm standby is ready
-        return self.lease.acquire(self._warm_up, lambda: self.stop.requested)
+        return self.lease.acquire(
+            self._warm_up, lambda: self.stop.requested, keep_warm=self._keep_warm
+        )
 
     def keep(self) -> None:
         """Renew the lease; ``LeaseLostError`` (a fence) when another replica took over."""
@@ -84,6 +86,15 @@ class LeaseHolder:
                 step()
         except Exception as e:  # the take-over reports it if it persists
             log.warning("standby: warming up failed (%s); still standing by", e)
+
+    def _keep_warm(self) -> None:
+        """The Python workers again (Spark stops idle ones after a minute)."""
+        from pipeline.spark.session import warm_up
+
+        try:
+            warm_up(self._spark())
+        except Exception as e:  # the take-over reports it if it persists
+            log.warning("standby: keeping warm failed (%s); still standing by", e)
 
     def _rehearse(self) -> None:
         """Run the query's path once on a private checkpoint, reading nothing: a JVM's

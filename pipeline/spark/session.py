@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import EnvironmentProblem
@@ -188,7 +188,17 @@ def _warm_task(_: object) -> list[int]:
 
 def warm_up(spark: Any) -> None:
     """Start the Python workers a batch would start (a warm standby's take-over then
-    waits for none): one trivial task per core, importing what the task path imports."""
+    waits for none): one trivial task per core, importing what the task path imports, on
+    both kinds of job a batch runs -- an RDD's (the arrow engine reading its ranges) and a
+    SQL ``mapInArrow`` (the rows of Spark's Kafka source), whose workers Spark keeps apart."""
     sc = spark.sparkContext
     n = max(1, int(sc.defaultParallelism))
     sc.parallelize(range(n), n).mapPartitions(_warm_task).count()
+    spark.range(n, numPartitions=n).mapInArrow(_warm_arrow, "id LONG").count()
+
+
+def _warm_arrow(batches: Iterator[Any]) -> Iterator[Any]:
+    from pipeline.spark.worker_daemon import preload
+
+    preload()
+    yield from batches

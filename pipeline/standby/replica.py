@@ -32,6 +32,9 @@ from pipeline.standby.liveness import HolderLink, LivenessBeacon
 log = logging.getLogger(__name__)
 
 POLL_S = 0.25  # a standby without a liveness link looks at the lease this often
+# Spark stops a Python worker idle for a minute: a standby warms its workers again this
+# often while it waits, so a take-over hours later finds them running
+KEEP_WARM_S = 30.0
 
 
 class Standby:
@@ -52,9 +55,16 @@ class Standby:
         self.link = HolderLink()
         self.warm = False
         self.takeovers = 0
+        self.keep_warm_s = KEEP_WARM_S
 
-    def acquire(self, warm_up: Callable[[], None], stopping: Callable[[], bool]) -> bool:
-        """Block until this replica holds the lease (True) or ``stopping()`` (False)."""
+    def acquire(
+        self,
+        warm_up: Callable[[], None],
+        stopping: Callable[[], bool],
+        keep_warm: Callable[[], None] | None = None,
+    ) -> bool:
+        """Block until this replica holds the lease (True) or ``stopping()`` (False);
+        ``keep_warm`` runs every ``keep_warm_s`` while standing by warm."""
         if self.cfg.mode == "active":
             self.lease.take()
             return True
@@ -70,10 +80,14 @@ class Standby:
             "renewed for %gs",
             self.cfg.lease_seconds,
         )
+        warmed = time.monotonic()
         while not self._attempt(POLL_S):
             if stopping():
                 self.link.close()
                 return False
+            if keep_warm is not None and time.monotonic() - warmed >= self.keep_warm_s:
+                keep_warm()
+                warmed = time.monotonic()
         self.takeovers += 1
         log.info("took over the lease (generation %d): starting", self.lease.generation)
         return True

@@ -302,3 +302,35 @@ def test_status_names_the_lease_holder(store: JournalStore) -> None:
     assert _lease_line(store) == "generation 1 held by host-a:41, liveness port 10.0.0.7:4050"
     a.release()
     assert _lease_line(store) == "generation 1 released by host-a:41 (free)"
+
+
+def test_a_standby_keeps_its_workers_warm_while_it_waits(store: JournalStore) -> None:
+    """Spark stops a Python worker idle for a minute: a standby re-runs its warm-up while
+    it waits, so a take-over hours later still finds warm workers."""
+    import threading
+    import time
+
+    from pipeline.config import HaConfig
+    from pipeline.standby import Standby
+
+    holder = Lease(store, "a", lease_s=LEASE_S, clock=time.monotonic)
+    assert holder.try_acquire()
+    standby = Standby(HaConfig(mode="auto"), store, "127.0.0.1")
+    standby.keep_warm_s = 0.1
+    warmed: list[float] = []
+    done = threading.Event()
+    result: list[bool] = []
+
+    def wait() -> None:
+        result.append(standby.acquire(lambda: None, lambda: False, lambda: warmed.append(1)))
+        done.set()
+
+    threading.Thread(target=wait, daemon=True).start()
+    for _ in range(10):  # the holder renews: the standby waits
+        time.sleep(0.1)
+        holder.renew()
+    assert not done.is_set()
+    assert len(warmed) >= 3
+    holder.release()
+    assert done.wait(10) and result == [True]
+    standby.release()

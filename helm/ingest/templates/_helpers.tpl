@@ -113,11 +113,24 @@ app.kubernetes.io/part-of: kafka-lakehouse-ingest
 {{- end -}}
 
 {{/* The PVC's access modes: persistence.accessModes, or chosen from the Spark mode and
-     ha.enabled (ReadWriteMany when more than one pod mounts the volume). */}}
+     ha.enabled (ReadWriteMany when more than one pod mounts the volume). Once the
+     release's claim exists the automatic choice keeps its modes: the API server refuses
+     any change to a claim's spec but its size, so an upgrade that flips spark.mode or
+     ha.enabled would otherwise fail half-applied (docs/drills/kubernetes/report.md). */}}
 {{- define "ingest.accessModes" -}}
+{{- $shared := or (include "ingest.executorsMountState" .) (include "ingest.haSharesState" .) -}}
+{{- $claim := dict -}}
+{{- if and .Values.persistence.enabled (not .Values.persistence.existingClaim) -}}
+{{- $claim = lookup "v1" "PersistentVolumeClaim" .Release.Namespace (include "ingest.claimName" .) | default dict -}}
+{{- end -}}
 {{- if .Values.persistence.accessModes -}}
 {{- toYaml .Values.persistence.accessModes -}}
-{{- else if or (include "ingest.executorsMountState" .) (include "ingest.haSharesState" .) -}}
+{{- else if $claim -}}
+{{- if and $shared (not (has "ReadWriteMany" $claim.spec.accessModes)) -}}
+{{- fail (printf "persistence: the claim %s exists with access modes %s, which Kubernetes cannot change, but %s now need ReadWriteMany (more than one pod mounts the volume). Move the state to a ReadWriteMany claim and set persistence.existingClaim to it, or keep spark.mode and ha.enabled as they were." $claim.metadata.name (join ", " $claim.spec.accessModes) (include "ingest.localStateKeys" .)) -}}
+{{- end -}}
+{{- toYaml $claim.spec.accessModes -}}
+{{- else if $shared -}}
 {{- toYaml (list "ReadWriteMany") -}}
 {{- else -}}
 {{- toYaml (list "ReadWriteOnce") -}}

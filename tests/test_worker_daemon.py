@@ -49,7 +49,6 @@ def test_local_workers_fork_from_the_daemon_with_the_task_path_imported(spark: A
         assert modules == list(wanted)
 
 
-
 def test_warm_up_starts_the_workers_of_both_kinds_of_batch_job(spark: Any) -> None:
     """A warm standby's take-over starts no Python worker: the RDD job of the arrow engine
     and the SQL ``mapInArrow`` of Spark's Kafka source find theirs already running."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import EnvironmentProblem
-from pipeline.spark.worker_daemon import daemon_conf
+from pipeline.spark.worker_daemon import daemon_conf, preload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -180,8 +180,6 @@ def _launch_jvm(options: Mapping[str, str]) -> None:
 def _warm_task(_: object) -> list[int]:
     # the task path's own imports (the first real task then only unpickles its plan); a
     # worker forked from the pipeline's daemon has them already
-    from pipeline.spark.worker_daemon import preload
-
     preload()
     return [0]
 
@@ -198,7 +196,5 @@ def warm_up(spark: Any) -> None:
 
 
 def _warm_arrow(batches: Iterator[Any]) -> Iterator[Any]:
-    from pipeline.spark.worker_daemon import preload
-
-    preload()
+    preload()  # as _warm_task, in a SQL mapInArrow's worker
     yield from batches

@@ -12,20 +12,10 @@ CHART="$ROOT/helm/ingest"
 eval "$("$ROOT/scripts/k8s-control-plane.sh" env)"
 WORK="$(mktemp -d)"
 trap 'chmod -R u+w "$WORK"; rm -rf "$WORK"' EXIT
-# helm's own state in a throw-away home: the drill must not touch the user's helm config
-export HELM_CACHE_HOME="$WORK/helm/cache" HELM_CONFIG_HOME="$WORK/helm/config" HELM_DATA_HOME="$WORK/helm/data"
+# shellcheck source=transcript.sh
+source "$ROOT/docs/drills/kubernetes/transcript.sh"
 MONITORING=(--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true
   --set metrics.grafanaDashboard.enabled=true)
-T=/dev/null
-
-run() {  # run CMD…: echo it into the transcript, run it, record the exit status
-  echo "\$ ${*/#$ROOT\//}" | sed "s#$ROOT/##g" | tee -a "$T"
-  "$@" 2>&1 | sed "s#$ROOT/##g" | tee -a "$T"
-  local rc=${PIPESTATUS[0]}
-  echo "[exit $rc]" | tee -a "$T"; echo | tee -a "$T"
-  return "$rc"
-}
-phase() { T="$OUT/$1.txt"; : >"$T"; echo "# $2 ($(date -u +%FT%TZ))" | tee -a "$T"; echo >>"$T"; }
 
 objects() {  # objects NS REL: every object of the release's manifest, read back from the server
   helm get manifest "$2" -n "$1" >"$WORK/manifest.yaml"

@@ -19,17 +19,9 @@ NODE_IP="$(kubectl get node -o 'jsonpath={.items[0].status.addresses[?(@.type=="
 BOOT="$NODE_IP:19092"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-export HELM_CACHE_HOME="$WORK/helm/cache" HELM_CONFIG_HOME="$WORK/helm/config" HELM_DATA_HOME="$WORK/helm/data"
-T=/dev/null
-run() {  # run CMD…: echo it into the transcript, run it, record the exit status
-  echo "\$ $*" | sed "s#$ROOT/##g" | tee -a "$T"
-  "$@" 2>&1 | sed "s#$ROOT/##g" | tee -a "$T"
-  local rc=${PIPESTATUS[0]}
-  echo "[exit $rc]" | tee -a "$T"; echo | tee -a "$T"
-  return "$rc"
-}
+# shellcheck source=transcript.sh
+source "$HERE/transcript.sh"
 note() { echo "## $* ($(date -u +%T))" | tee -a "$T"; }
-phase() { T="$OUT/$1.txt"; : >"$T"; echo "# $2 ($(date -u +%FT%TZ))" | tee -a "$T"; echo >>"$T"; }
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 secs() { printf '%d.%01d' $(( $1 / 1000 )) $(( $1 % 1000 / 100 )); }
 pod() { kubectl get pod -l app.kubernetes.io/component=driver -o 'jsonpath={.items[0].metadata.name}'; }

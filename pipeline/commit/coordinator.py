@@ -295,9 +295,12 @@ class Coordinator:
             )
         planned = consumed_ranges(start, end, staged.stats, previous, clip=False)
         if start is None:  # a checkpoint's first batch starts where Spark's source did:
-            # at or below the table (the workers drop what the table holds)
+            # at or below the table (the workers drop what the table holds), and may end
+            # below it too (checkpoint lost, small batches): then its whole range is overlap
             first = {TopicPartition(s.topic, s.partition): s.min_offset for s in staged.stats}
-            planned = {tp: (min(s, first.get(tp, s)), e) for tp, (s, e) in planned.items()}
+            for tp, e in end.items():
+                s = planned.get(tp, (e, e))[0]
+                planned[tp] = (min(s, first.get(tp, s)), e)
         issues = coverage(planned, staged.stats, self._count)
         if issues:
             raise coverage_error(batch.batch_id, issues)

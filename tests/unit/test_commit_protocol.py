@@ -468,6 +468,24 @@ def test_overlap_from_earliest_with_new_checkpoint_is_dropped_and_counted(env: E
     assert_exactly_once(env, E[2])
 
 
+def test_first_batch_of_new_checkpoint_entirely_below_the_table_is_dropped(env: Env) -> None:
+    """Checkpoint lost, startingOffsets=earliest, a batch size smaller than what the table
+    holds: the new checkpoint's first batch (no logged start) ends below the table's
+    offsets. Every record it read is dropped and counted; the table does not move back."""
+    c1 = env.driver()
+    env.batch(c1, 0)
+    env.batch(c1, 1)
+    c2 = env.driver()
+    out = env.run(c2, Y, 0, None, E[0], earliest=True)
+    assert out.outcome == "committed"
+    assert (out.records, out.dead_letter_records) == (0, 0)
+    assert out.overlap_dropped == len(env.kafka.records(E[0]))
+    assert env.main.committed_offsets(PIPE) == E[1]
+    out2 = env.run(c2, Y, 1, E[0], E[2])
+    assert out2.overlap_dropped == _records_between(env, E[0], E[1])
+    assert_exactly_once(env, E[2])
+
+
 MID = PartitionOffsets({T0: 18, T1: 12})  # between E[0] and E[1]
 
 

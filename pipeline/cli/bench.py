@@ -28,7 +28,7 @@ def bench(
         list[str] | None,
         typer.Option(
             help="section (repeatable): raw, throughput, overhead, latency, cpu, "
-            "memory, freshness, recovery, growth, fixed"
+            "memory, freshness, recovery, growth, fixed, decode, peers"
         ),
     ] = None,
     records: Annotated[
@@ -58,6 +58,15 @@ def bench(
             "native and Hudi's own Spark writer at ~270 B and ~1.2 KB, on PySpark 3.5)",
         ),
     ] = None,
+    peers: Annotated[
+        bool,
+        typer.Option(
+            "--peers",
+            help="only the peers section: this pipeline beside Spark's Kafka source into "
+            "Iceberg's and Hudi's streaming sinks, Iceberg's Kafka Connect sink and the raw "
+            "consumer, with the correctness table (quick ~15 min; with --full ~1.5 h)",
+        ),
+    ] = False,
     reader: Annotated[
         str,
         typer.Option(
@@ -71,6 +80,10 @@ def bench(
     from pipeline.tools.bench.presets import PRESETS
     from pipeline.tools.bench.runner import BenchOptions, run_bench, selected
 
+    if peers:
+        if only:
+            raise UsageError("--peers is the peers section alone: leave out --only")
+        only = ["peers"]
     selected(only or ())  # an unknown --only section: refused before anything starts
     preset = preset_name or ("full" if full else "quick")
     if preset not in PRESETS:

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ SECTIONS = (
     "growth",
     "fixed",
     "decode",
+    "peers",
 )
 _NEEDS: dict[str, set[str]] = {
     "throughput": {"raw", "throughput"},
@@ -57,6 +58,7 @@ _NEEDS: dict[str, set[str]] = {
     "growth": {"growth"},
     "fixed": {"fixed"},
     "decode": {"decode"},
+    "peers": {"peers"},
 }
 
 
@@ -77,8 +79,8 @@ def selected(only: Iterable[str]) -> set[str]:
     bad = sorted(set(names) - set(SECTIONS))
     if bad:
         raise PipelineError(f"--only {', '.join(bad)}: allowed: {', '.join(SECTIONS)}")
-    if not names:
-        return {g for s in SECTIONS for g in _NEEDS[s]}
+    if not names:  # the peers section only when asked (--peers, --only peers) or --full
+        return {g for s in SECTIONS for g in _NEEDS[s]} - {"peers"}
     return {g for s in names for g in _NEEDS[s]}
 
 
@@ -169,6 +171,8 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             raise PipelineError("--records must be at least 3")
         preset = preset.with_records(opts.records)
     groups = selected(opts.only)
+    if not opts.only and preset.name == "full":
+        groups.add("peers")
     if opts.reader != "auto":  # every pipeline process of the bench inherits it
         os.environ["INGEST_SOURCE_READER"] = opts.reader
     t_start = time.time()
@@ -248,6 +252,15 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             from pipeline.tools.bench.avro_cost import avro_cost
 
             report["decode_cost"]["avro"] = avro_cost(preset.decode_records, work, say)
+        if "peers" in groups:
+            from pipeline.tools.peers.section import FULL_PLAN, QUICK_PLAN, run_peers
+
+            plan = FULL_PLAN if preset.name == "full" else QUICK_PLAN
+            if opts.records is not None:
+                plan = replace(
+                    plan, records=opts.records, batch=max(1, min(plan.batch, opts.records // 5))
+                )
+            report["peers"] = run_peers(broker, plan, work / "peers", say)
         if "freshness" in groups:
             fresh, recovery = sections.freshness_and_recovery(ctx)
             report["freshness"] = fresh

@@ -1,0 +1,144 @@
+"""This pipeline and the raw consumer as peers of the comparison.
+
+* :class:`IngestPeer` — ``ingest run`` (``python -m pipeline run``) into Iceberg or Hudi,
+  exactly-once, with the bench's own run configuration (:func:`pipeline_config`: the same
+  one ``ingest bench`` measures), ``source.reader`` as given.
+* :class:`RawPeer` — the raw single-process consumer of ``ingest bench``
+  (:mod:`pipeline.tools.bench.raw`): the floor, not a lakehouse. It commits nothing, so its
+  progress is zero until it exits; its rows are read from its one Parquet file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.config import PipelineConfig, load_config
+from pipeline.tools.bench.driver import write_config
+from pipeline.tools.bench.runs import RunSpec, pipeline_config
+from pipeline.tools.peers import hudi_read, iceberg_read
+from pipeline.tools.peers.coords import PIPELINE, to_coords
+from pipeline.tools.peers.model import Launch, PeerJob, Progress, delete_tree
+
+
+class IngestPeer:
+    """``ingest run`` into ``table_format`` with ``reader`` (``python`` / ``spark``)."""
+
+    def __init__(self, table_format: str = "iceberg", reader: str = "python") -> None:
+        self.format = table_format
+        self.reader = reader
+        self.name = f"ingest-{table_format}" + ("" if reader == "python" else f"-{reader}-reader")
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "what": f"this pipeline (`ingest run`), {self.format}, exactly-once",
+            "source.reader": self.reader,
+            "config": "ingest bench's run configuration (pipeline/tools/bench/runs.py)",
+        }
+
+    def _config_path(self, job: PeerJob) -> Path:
+        return job.work / "pipeline.yaml"
+
+    def _config(self, job: PeerJob) -> dict[str, Any]:
+        spec = RunSpec(
+            format=self.format,
+            cores=job.cores,
+            max_records_per_trigger=job.max_records_per_trigger,
+            trigger=job.trigger,
+        )
+        cfg = pipeline_config(spec, "peer", job.work, job.bootstrap, job.topic, job.payload)
+        cfg["source"]["reader"] = self.reader
+        return cfg
+
+    def prepare(self, job: PeerJob) -> None:
+        job.work.mkdir(parents=True, exist_ok=True)
+        write_config(self._config_path(job), self._config(job))
+
+    def launch(self, job: PeerJob) -> Launch:
+        return Launch(
+            argv=[sys.executable, "-m", "pipeline", "run", "--config", str(self._config_path(job))],
+            cwd=job.work,
+            log=job.work / "ingest.log",
+        )
+
+    def _cfg(self, job: PeerJob) -> PipelineConfig:
+        return load_config(self._config_path(job))
+
+    def _iceberg(self, job: PeerJob) -> Any:
+        from pipeline.formats.iceberg.pipeline_tables import IcebergTables
+
+        return IcebergTables.from_config(self._cfg(job)).main.table()
+
+    def progress(self, job: PeerJob) -> Progress:
+        if self.format == "iceberg":
+            return iceberg_read.table_progress(self._iceberg(job))
+        return hudi_read.progress(_hudi_base(self._cfg(job)))
+
+    def lose_checkpoint(self, job: PeerJob) -> str:
+        return delete_tree(job.work / "checkpoint")
+
+    def data_dir(self, job: PeerJob) -> Path:
+        return job.work / ("warehouse" if self.format == "iceberg" else "hudi")
+
+    def rows(self, job: PeerJob) -> pa.Table:
+        if self.format == "iceberg":
+            return iceberg_read.table_rows(self._iceberg(job), PIPELINE)
+        return hudi_read.rows(_hudi_base(self._cfg(job)), PIPELINE)
+
+
+def _hudi_base(cfg: PipelineConfig) -> Path:
+    assert cfg.sink.hudi is not None  # a Hudi run's config always has its base path
+    return Path(str(cfg.sink.hudi.base_path))
+
+
+class RawPeer:
+    """The raw consumer: one confluent-kafka process into one zstd Parquet file."""
+
+    name = "raw-consumer"
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "what": "one confluent-kafka consumer process, assign(), Arrow JSON decode, "
+            "one zstd Parquet file (pipeline/tools/bench/raw.py); no table, no commit"
+        }
+
+    def _out(self, job: PeerJob) -> Path:
+        return job.work / "raw.parquet"
+
+    def prepare(self, job: PeerJob) -> None:
+        job.work.mkdir(parents=True, exist_ok=True)
+
+    def launch(self, job: PeerJob) -> Launch:
+        argv = [sys.executable, "-m", "pipeline.tools.bench.raw", "--bootstrap", job.bootstrap]
+        argv += ["--topic", job.topic, "--partitions", str(job.partitions)]
+        argv += ["--out", str(self._out(job))] + (["--payload"] if job.payload else [])
+        return Launch(argv=argv, cwd=job.work, log=job.work / "raw.log")
+
+    def progress(self, job: PeerJob) -> Progress:
+        result = self._result(job)
+        if result is None:
+            return Progress(records=0, commits=0, data_files=0, data_bytes=0)
+        return Progress(result["records"], 1, 1, int(result["parquet_bytes"]))
+
+    def _result(self, job: PeerJob) -> dict[str, Any] | None:
+        log = job.work / "raw.log"
+        if not log.exists():
+            return None
+        for line in log.read_text().splitlines():
+            if line.startswith("{"):
+                return dict(json.loads(line))
+        return None
+
+    def lose_checkpoint(self, job: PeerJob) -> str:
+        return "nothing: it keeps no state between runs"
+
+    def data_dir(self, job: PeerJob) -> Path:
+        return job.work
+
+    def rows(self, job: PeerJob) -> pa.Table:
+        return to_coords(pq.read_table(self._out(job), columns=list(PIPELINE)), PIPELINE)

@@ -1,0 +1,70 @@
+"""``ingest bench --peers`` in small, so the harness cannot rot: every system (this
+pipeline on both source readers and both formats, Spark's Kafka source into Iceberg's and
+Hudi's streaming sinks, Iceberg's Kafka Connect sink, the raw consumer) moves one small data
+set, measured in its own cgroup and counted by the one checker; one fault (SIGKILLs under a
+live producer) runs against this pipeline; the goals, console tables and chart are made
+from the result. The full section is a command whose committed report is refreshed
+(docs/bench.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from support.kafka_fixtures import KafkaTestBroker
+
+from pipeline.tools.bench.dataset import BenchBroker
+from pipeline.tools.peers.report import print_peers, write_chart
+from pipeline.tools.peers.section import QUICK_PLAN, run_peers, systems
+
+pytestmark = pytest.mark.slow
+
+PLAN = replace(
+    QUICK_PLAN,
+    records=3_000,
+    partitions=2,
+    batch=1_000,
+    sizes=("~270 B",),
+    freshness_seconds=0,
+    faults=(),
+    timeout_s=240.0,
+)
+
+
+def test_every_system_moves_the_data_set_once_and_is_measured(
+    kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    broker = BenchBroker(kafka_broker.bootstrap_servers)
+    report = run_peers(broker, PLAN, tmp_path, lambda _: None)
+    rows = {r["system"]: r for r in report["throughput"]}
+    assert set(rows) == set(systems())
+    for name, r in rows.items():
+        assert r["tally"]["exactly_once"], (name, r["tally"])
+        assert r["tally"]["present"] == PLAN.records, name
+        assert r["records"] == PLAN.records and r["cpu_s"] > 0, name
+        assert r["peak_rss_bytes"] > 50 * 2**20, name  # the cgroup saw its processes
+        assert r["exit"] != "killed after SIGTERM timed out", name
+    # the JVM systems cost whole CPU-seconds: the cgroup counts every process of the tree
+    assert rows["spark-iceberg-sink"]["cpu_s"] > rows["raw-consumer"]["cpu_s"]
+    goals = {g["goal"].split(",")[0]: g for g in report["goals"]}
+    cost = goals["records per CPU-second at least 1.5 times the best peer's"]
+    assert cost["ours"] and cost["best_peer"] and cost["met"] in (True, False)
+    console = Console(record=True, width=200)
+    print_peers(report, console)
+    assert "spark-hudi-sink" in console.export_text()
+    chart = write_chart(report, tmp_path)
+    assert chart is not None and chart.stat().st_size > 10_000
+
+
+def test_sigkills_under_a_live_producer_are_counted_exactly_once(
+    kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    broker = BenchBroker(kafka_broker.bootstrap_servers)
+    plan = replace(PLAN, systems=("ingest-iceberg",), faults=("kills",), kills=2)
+    report = run_peers(broker, plan, tmp_path, lambda _: None)
+    (row,) = report["correctness"]
+    assert row["injected"] == 2
+    assert row["outcome"] == "exactly once", row
+    assert row["tally"]["expected"] > plan.fault_records  # the live producer added records

@@ -171,4 +171,21 @@ HUDI_WRITERS_1K = replace(
     HUDI_WRITERS, name="hudi-writers-1k", records=100_000, batch=10_000, payload_bytes=940
 )
 
-PRESETS = {p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS, HUDI_WRITERS_1K)}
+# The fixed cost at ~270 B alone (``ingest bench --preset fixed-cost --only fixed``): the
+# full preset's partition counts and batch sizes, shorter windows (a re-measure in ~15 min)
+FIXED_COST = replace(
+    FULL,
+    name="fixed-cost",
+    fixed=FixedCostPlan(
+        payload_bytes=(0,),
+        records=(4_000_000,),
+        batches=(2_000, 20_000, 200_000),
+        partitions=(8, 32, 128),
+        warmup_seconds=10.0,
+        steady_seconds=30.0,
+    ),
+)
+
+PRESETS = {
+    p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS, HUDI_WRITERS_1K, FIXED_COST)
+}

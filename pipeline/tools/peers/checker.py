@@ -41,7 +41,7 @@ def tally(rows: pa.Table, topic: str, ranges: Mapping[int, tuple[int, int]]) -> 
         ["topic", "partition", "offset"]
     ).aggregate([([], "count_all")])
     inside = pc.equal(counts["topic"], topic)
-    in_range: pa.ChunkedArray | pa.Array = pa.array([False] * counts.num_rows)
+    in_range: pa.ChunkedArray | pa.Array = pa.array([False] * counts.num_rows, pa.bool_())
     for p, (lo, hi) in ranges.items():
         mask = pc.and_(
             pc.equal(counts["partition"], p),

@@ -27,19 +27,43 @@ from pipeline.tools.peers.model import Launch, PeerJob, Progress, delete_tree
 
 
 class IngestPeer:
-    """``ingest run`` into ``table_format`` with ``reader`` (``python`` / ``spark``)."""
+    """``ingest run`` into ``table_format`` with ``reader`` (``python`` / ``spark``); with
+    ``hudi_writer="spark"`` Hudi's own Spark writer, on the PySpark line its bundle is
+    served for (that line's environment, ``scripts/spark-line-env.sh``; Spark's Kafka
+    source there)."""
 
-    def __init__(self, table_format: str = "iceberg", reader: str = "python") -> None:
+    def __init__(
+        self, table_format: str = "iceberg", reader: str = "python", hudi_writer: str = "native"
+    ) -> None:
         self.format = table_format
-        self.reader = reader
+        self.hudi_writer = hudi_writer
+        self.reader = "spark" if hudi_writer == "spark" else reader
         self.name = f"ingest-{table_format}" + ("" if reader == "python" else f"-{reader}-reader")
+        if hudi_writer == "spark":
+            self.name = "ingest-hudi-spark-writer"
 
     def describe(self) -> dict[str, str]:
         return {
             "what": f"this pipeline (`ingest run`), {self.format}, exactly-once",
             "source.reader": self.reader,
+            "sink.hudi.writer": self.hudi_writer if self.format == "hudi" else "—",
+            "spark": f"PySpark {self._spark_line() or 'of the project environment'}",
             "config": "ingest bench's run configuration (pipeline/tools/bench/runs.py)",
         }
+
+    def _spark_line(self) -> str | None:
+        """Hudi's Spark writer runs where Hudi's peer sink runs: PySpark 3.5."""
+        from pipeline.tools.peers.spark_sinks import SparkHudiSink
+
+        return SparkHudiSink.spark_version if self.hudi_writer == "spark" else None
+
+    def _python(self) -> str:
+        line = self._spark_line()
+        if line is None:
+            return sys.executable
+        from pipeline.tools.peers.spark_sinks import spark_line_python
+
+        return spark_line_python(line)
 
     def _config_path(self, job: PeerJob) -> Path:
         return job.work / "pipeline.yaml"
@@ -50,6 +74,7 @@ class IngestPeer:
             cores=job.cores,
             max_records_per_trigger=job.max_records_per_trigger,
             trigger=job.trigger,
+            hudi_writer=self.hudi_writer,
         )
         cfg = pipeline_config(spec, "peer", job.work, job.bootstrap, job.topic, job.payload)
         cfg["source"]["reader"] = self.reader
@@ -58,10 +83,11 @@ class IngestPeer:
     def prepare(self, job: PeerJob) -> None:
         job.work.mkdir(parents=True, exist_ok=True)
         write_config(self._config_path(job), self._config(job))
+        self._python()  # a Spark line's environment is built here, outside the meter
 
     def launch(self, job: PeerJob) -> Launch:
         return Launch(
-            argv=[sys.executable, "-m", "pipeline", "run", "--config", str(self._config_path(job))],
+            argv=[self._python(), "-m", "pipeline", "run", "--config", str(self._config_path(job))],
             cwd=job.work,
             log=job.work / "ingest.log",
         )

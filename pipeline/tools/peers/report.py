@@ -118,3 +118,58 @@ def write_chart(peers: dict[str, Any], out: Path) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def markdown(peers: dict[str, Any]) -> str:
+    """The section's tables as Markdown (docs/bench.md quotes them from report.json)."""
+    out = [
+        "| system | size | records/s (whole) | records per CPU-s (whole) | steady records/s "
+        "| steady CPU-s per M | launch → first commit | peak RSS | data files | exactly once |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in peers.get("throughput", []):
+        if "error" in r:
+            out.append(f"| {r['system']} | {r['size']} | failed: {r['error'][:80]} |||||||| |")
+            continue
+        s = r.get("steady") or {}
+        t = r.get("tally") or {}
+        out.append(
+            f"| {r['system']} | {r['size']} | {_f(r['records_per_s'])} "
+            f"| {_f(r['records_per_cpu_s'])} | {_f(s.get('records_per_s'))} "
+            f"| {_f(s.get('cpu_s_per_million'), '.1f')} | {_f(r['first_commit_s'], '.1f')} s "
+            f"| {_f(r['peak_rss_bytes'] / 2**30, '.2f')} GiB | {r['progress']['data_files']} "
+            f"| {'yes' if t.get('exactly_once') else 'NO'} |"
+        )
+    if peers.get("freshness"):
+        out += [
+            "",
+            "| system | p50 | p99 | max | commits/min | data files/min | average file |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in peers["freshness"]:
+            size = r["avg_file_bytes"] and r["avg_file_bytes"] / 1000
+            out.append(
+                f"| {r['system']} | {_f(r['p50_s'], '.2f')} s | {_f(r['p99_s'], '.2f')} s "
+                f"| {_f(r['max_s'], '.2f')} s | {_f(r['commits_per_minute'], '.1f')} "
+                f"| {_f(r['data_files_per_minute'], '.1f')} | {_f(size, ',.0f')} KB |"
+            )
+    if peers.get("correctness"):
+        systems = list(dict.fromkeys(r["system"] for r in peers["correctness"]))
+        faults = list(dict.fromkeys(r["fault"] for r in peers["correctness"]))
+        cell = {(r["fault"], r["system"]): r["outcome"] for r in peers["correctness"]}
+        out += ["", "| fault | " + " | ".join(systems) + " |", "|---" * (len(systems) + 1) + "|"]
+        for f in faults:
+            out.append(f"| {f} | " + " | ".join(cell.get((f, s), "") for s in systems) + " |")
+    if peers.get("goals"):
+        out += ["", "| goal | result |", "|---|---|"]
+        for g in peers["goals"]:
+            met = {True: "met", False: "**not met**", None: "not measured"}[g.get("met")]
+            out.append(f"| {g['goal']} | {met} {_goal_numbers(g)} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":  # python -m pipeline.tools.peers.report docs/bench/peers/report.json
+    import json
+    import sys
+
+    print(markdown(json.loads(Path(sys.argv[1]).read_text())["peers"]), end="")

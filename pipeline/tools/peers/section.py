@@ -57,7 +57,12 @@ class PeersPlan:
     timeout_s: float = 900.0
     systems: tuple[str, ...] = ()  # empty: all of SYSTEMS
     #: systems left out of the correctness table (time: each fault costs minutes a system)
-    no_faults: tuple[str, ...] = ("raw-consumer", "ingest-iceberg-spark-reader")
+    no_faults: tuple[str, ...] = (
+        "raw-consumer",
+        "ingest-iceberg-spark-reader",
+        "ingest-hudi-spark-reader",
+        "ingest-hudi-spark-writer",
+    )
 
 
 FULL_PLAN = PeersPlan(records=1_000_000)
@@ -84,6 +89,8 @@ def systems() -> dict[str, Callable[[], PeerSystem]]:
         "ingest-iceberg": lambda: IngestPeer("iceberg"),
         "ingest-hudi": lambda: IngestPeer("hudi"),
         "ingest-iceberg-spark-reader": lambda: IngestPeer("iceberg", "spark"),
+        "ingest-hudi-spark-reader": lambda: IngestPeer("hudi", "spark"),
+        "ingest-hudi-spark-writer": lambda: IngestPeer("hudi", hudi_writer="spark"),
         "spark-iceberg-sink": SparkIcebergSink,
         "spark-hudi-sink": SparkHudiSink,
         "iceberg-kafka-connect": IcebergKafkaConnectPeer,

@@ -63,6 +63,18 @@ def _artifact(set_name: str, artifact_prefix: str) -> str:
     return "?"
 
 
+def spark_line_python(version: str, who: str = "peers") -> str:
+    """The python of PySpark ``version``'s environment, built once by
+    scripts/spark-line-env.sh (as CI's Spark-line stages build it)."""
+    script = SPARK_LINES.parent / "scripts" / "spark-line-env.sh"
+    done = subprocess.run(["bash", str(script), version], capture_output=True, text=True)
+    python = SPARK_LINES / version / "venv" / "bin" / "python"
+    if done.returncode != 0 or not python.is_file():
+        why = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise EnvironmentProblem(f"{who}: PySpark {version}: {why[0]}")
+    return str(python)
+
+
 def _java_home() -> str | None:
     if os.environ.get("JAVA_HOME"):
         return os.environ["JAVA_HOME"]
@@ -96,15 +108,8 @@ class _SparkSink:
         }
 
     def prepare(self, job: PeerJob) -> None:
-        """The Spark line's environment (built once by scripts/spark-line-env.sh, as CI's
-        Spark-line stages do), Java and the jars: all before the meter starts."""
-        script = SPARK_LINES.parent / "scripts" / "spark-line-env.sh"
-        done = subprocess.run(
-            ["bash", str(script), self.spark_version], capture_output=True, text=True
-        )
-        if done.returncode != 0 or not self.python().is_file():
-            why = done.stderr.strip().splitlines()[-1:] or ["no output"]
-            raise EnvironmentProblem(f"{self.name}: PySpark {self.spark_version}: {why[0]}")
+        """The Spark line's environment, Java and the jars: all before the meter starts."""
+        spark_line_python(self.spark_version, self.name)
         if _java_home() is None:
             raise EnvironmentProblem(f"{self.name}: Java was not found (JAVA_HOME / PATH)")
         self.jars()  # fetched here, outside the meter

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 CHARTS = ("throughput.png", "commit_latency.png", "freshness.png")
+_CHART_SECTIONS = ("throughput", "commit_latency", "freshness")
 
 
 def write_json(report: dict[str, Any], out: Path) -> Path:
@@ -106,9 +107,10 @@ def _freshness_chart(report: dict[str, Any], path: Path) -> None:
 def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, draw in zip(
-        CHARTS, (_throughput_chart, _latency_chart, _freshness_chart), strict=True
-    ):
+    drawn = (_throughput_chart, _latency_chart, _freshness_chart)
+    for name, draw, section in zip(CHARTS, drawn, _CHART_SECTIONS, strict=True):
+        if section not in report:  # a run of other sections (--peers): no empty chart
+            continue
         path = out / name
         draw(report, path)
         paths.append(path)

@@ -18,6 +18,10 @@ topic's offsets (:mod:`pipeline.tools.peers.checker`):
   (what retention does), restarted: the deleted records cannot be in any table; what
   counts is whether the system stops with an error or skips them silently.
 
+Every fault ends with ``TAIL_RECORDS`` more records produced before the drain: a drain that
+only waited for the table to hold what it held before the fault could end before a
+restarted system read anything, and would miss the duplicates of a re-read.
+
 What a system *did* is one of: ``exactly once``; ``duplicated N``; ``lost N`` (missing not
 explained by retention); ``stopped with an error`` (with its last error line).
 """
@@ -39,6 +43,7 @@ from pipeline.tools.peers.runner import Running
 
 FAULTS = ("kills", "checkpoint-lost", "zombie", "kill-before-commit", "retention")
 SETTLE_S = 5.0
+TAIL_RECORDS = 1_000
 POLL_S = 0.2
 
 
@@ -156,9 +161,13 @@ class FaultRig:
             self._retention(system, job, result, timeout)
         else:
             raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        # Records after the fault, so the drain cannot end before the restarted system has
+        # read past everything it read before (a re-read shows up as duplicates first)
+        produce_more(self.broker, topic, self.partitions, TAIL_RECORDS)
         ranges = self.broker.watermarks(topic, self.partitions)
         expected = {p: (0, hi) for p, (_, hi) in ranges.items()}
-        ended, error = self._drain(system, job, sum(hi for _, hi in expected.values()), timeout)
+        readable = sum(hi for _, hi in expected.values()) - result.lost_to_retention
+        ended, error = self._drain(system, job, readable, timeout)
         if ended:
             result.error = error or ended
             result.notes.append(f"drain: {ended}")

@@ -212,7 +212,9 @@ def freshness(
             "p50_s": round(float(np.percentile(lag, 50)), 3) if lag.size else None,
             "p99_s": round(float(np.percentile(lag, 99)), 3) if lag.size else None,
             "max_s": round(float(lag.max()), 3) if lag.size else None,
-            "commits_per_minute": round((p1.commits - p0.commits) / minutes, 1),
+            # distinct commit times of the window's rows: snapshot counts undercount where
+            # old snapshots expire (this pipeline keeps sink.maxSnapshots)
+            "commits_per_minute": round(len(np.unique(commit[inside])) / minutes, 1),
             "data_files_per_minute": round(files / minutes, 1),
             "avg_file_bytes": round((p1.data_bytes - p0.data_bytes) / files) if files > 0 else None,
         }
@@ -249,19 +251,22 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     for row in report.get("throughput", []):
         by_size.setdefault(row["size"], []).append(row)
     for size, rows in by_size.items():
-        mine = [r["records_per_cpu_s"] for r in rows if ours(r["system"]) and "error" not in r]
-        theirs = [r["records_per_cpu_s"] for r in rows if _peer(r["system"]) and "error" not in r]
-        best_ours, best_peer = max(mine, default=None), max(theirs, default=None)
-        ratio = best_ours / best_peer if best_ours and best_peer else None
-        out.append(
-            {
-                "goal": f"records per CPU-second at least {CPU_GOAL} times the best peer's, {size}",
-                "ours": best_ours,
-                "best_peer": best_peer,
-                "ratio": ratio,
-                "met": None if ratio is None else ratio >= CPU_GOAL,
-            }
-        )
+        for span, key in (("whole run", _whole), ("steady state", _steady)):
+            mine = [key(r) for r in rows if ours(r["system"]) and "error" not in r]
+            theirs = [key(r) for r in rows if _peer(r["system"]) and "error" not in r]
+            best_ours = max((x for x in mine if x), default=None)
+            best_peer = max((x for x in theirs if x), default=None)
+            ratio = best_ours / best_peer if best_ours and best_peer else None
+            out.append(
+                {
+                    "goal": f"records per CPU-second at least {CPU_GOAL} times the best "
+                    f"peer's, {size}, {span}",
+                    "ours": best_ours,
+                    "best_peer": best_peer,
+                    "ratio": ratio,
+                    "met": None if ratio is None else ratio >= CPU_GOAL,
+                }
+            )
     fresh = report.get("freshness", [])
     mine_p99 = [r["p99_s"] for r in fresh if ours(r["system"]) and r["p99_s"] is not None]
     peer_p99 = [r["p99_s"] for r in fresh if _peer(r["system"]) and r["p99_s"] is not None]
@@ -291,6 +296,15 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _whole(r: dict[str, Any]) -> float | None:
+    return r.get("records_per_cpu_s")
+
+
+def _steady(r: dict[str, Any]) -> float | None:
+    per_million = (r.get("steady") or {}).get("cpu_s_per_million")
+    return 1e6 / per_million if per_million else None
 
 
 def _clear_stop(r: dict[str, Any]) -> bool:

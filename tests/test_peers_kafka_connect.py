@@ -89,7 +89,7 @@ def test_iceberg_kafka_connect_exactly_once(kafka_broker: KafkaTestBroker, tmp_p
 
     progress = peer.progress(job)
     assert progress.records == EVENTS
-    assert progress.commits >= 1 and progress.data_files >= PARTITIONS
+    assert progress.commits >= 1 and progress.data_files >= 1  # one task (tasks.max 1)
     assert progress.data_bytes > 0 and progress.first_commit_ms is not None
 
     rows = peer.rows(job)

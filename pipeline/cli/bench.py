@@ -110,4 +110,6 @@ def bench(
         profile=profile,
         reader=reader,
     )
-    run_bench(opts, out)
+    from pipeline.tools.peers.section import bench_section
+
+    run_bench(opts, out, extra={"peers": bench_section()})

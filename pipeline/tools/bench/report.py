@@ -114,12 +114,6 @@ def write_charts(report: dict[str, Any], out: Path) -> list[Path]:
         path = out / name
         draw(report, path)
         paths.append(path)
-    if report.get("peers"):
-        from pipeline.tools.peers.report import write_chart
-
-        peers_chart = write_chart(report["peers"], out)
-        if peers_chart is not None:
-            paths.append(peers_chart)
     return paths
 
 
@@ -250,10 +244,6 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             f"best pipeline run; raw consumer {cpu['raw_consumer']}",
         )
     console.print(t)
-    if report.get("peers"):
-        from pipeline.tools.peers.report import print_peers
-
-        print_peers(report["peers"], console)
     bound = report.get("throughput", {}).get("bound")
     if bound:
         console.print(bound, soft_wrap=True)

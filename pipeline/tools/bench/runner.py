@@ -17,8 +17,8 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -164,7 +164,20 @@ def _postgres_uri() -> str | None:
     return shared_server_uri()
 
 
-def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ExtraSection:
+    """A section another package provides (``peers``: :mod:`pipeline.tools.peers`), handed
+    in by the CLI so this package does not depend on it: ``run(broker, preset name,
+    --records, work dir, say)`` returns its part of the report; ``publish(that part, out
+    dir, console)`` draws its charts and prints its tables."""
+
+    run: Callable[[BenchBroker, str, int | None, Path, Callable[[str], None]], dict[str, Any]]
+    publish: Callable[[dict[str, Any], Path, Console], None]
+
+
+def run_bench(
+    opts: BenchOptions, console: Console, extra: Mapping[str, ExtraSection] | None = None
+) -> dict[str, Any]:
     preset: Preset = PRESETS[opts.preset]
     if opts.records is not None:
         if opts.records < 3:
@@ -252,15 +265,9 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
             from pipeline.tools.bench.avro_cost import avro_cost
 
             report["decode_cost"]["avro"] = avro_cost(preset.decode_records, work, say)
-        if "peers" in groups:
-            from pipeline.tools.peers.section import FULL_PLAN, QUICK_PLAN, run_peers
-
-            plan = FULL_PLAN if preset.name == "full" else QUICK_PLAN
-            if opts.records is not None:
-                plan = replace(
-                    plan, records=opts.records, batch=max(1, min(plan.batch, opts.records // 5))
-                )
-            report["peers"] = run_peers(broker, plan, work / "peers", say)
+        for name, section in (extra or {}).items():
+            if name in groups:
+                report[name] = section.run(broker, preset.name, opts.records, work / name, say)
         if "freshness" in groups:
             fresh, recovery = sections.freshness_and_recovery(ctx)
             report["freshness"] = fresh
@@ -289,5 +296,8 @@ def run_bench(opts: BenchOptions, console: Console) -> dict[str, Any]:
     write_json(report, opts.out)
     write_charts(report, opts.out)
     print_summary(report, console)
+    for name, section in (extra or {}).items():
+        if name in report:
+            section.publish(report[name], opts.out, console)
     console.print(f"report: {opts.out / 'report.json'} (+ charts) in {report['meta']['seconds']}s")
     return report

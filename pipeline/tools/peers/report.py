@@ -41,14 +41,14 @@ def print_peers(peers: dict[str, Any], console: Console) -> None:
     console.print(t)
     if peers.get("freshness"):
         f = Table(title="peers: freshness (commit visible - Kafka timestamp)")
-        for col in ("system", "p50 s", "p99 s", "commits/min", "files/min", "avg file KB"):
+        for col in ("system", "p50 s", "p99 s", "rows measured", "files/min", "avg file KB"):
             f.add_column(col, justify="left" if col == "system" else "right")
         for r in peers["freshness"]:
             f.add_row(
                 r["system"],
                 _f(r["p50_s"], ".2f"),
                 _f(r["p99_s"], ".2f"),
-                _f(r["commits_per_minute"], ".1f"),
+                _f(r["rows_in_window"]),
                 _f(r["data_files_per_minute"], ".1f"),
                 _f(r["avg_file_bytes"] and r["avg_file_bytes"] / 1000, ",.0f"),
             )
@@ -143,14 +143,14 @@ def markdown(peers: dict[str, Any]) -> str:
     if peers.get("freshness"):
         out += [
             "",
-            "| system | p50 | p99 | max | commits/min | data files/min | average file |",
+            "| system | p50 | p99 | max | rows measured | data files/min | average file |",
             "|---|---|---|---|---|---|---|",
         ]
         for r in peers["freshness"]:
             size = r["avg_file_bytes"] and r["avg_file_bytes"] / 1000
             out.append(
                 f"| {r['system']} | {_f(r['p50_s'], '.2f')} s | {_f(r['p99_s'], '.2f')} s "
-                f"| {_f(r['max_s'], '.2f')} s | {_f(r['commits_per_minute'], '.1f')} "
+                f"| {_f(r['max_s'], '.2f')} s | {_f(r['rows_in_window'])} "
                 f"| {_f(r['data_files_per_minute'], '.1f')} | {_f(size, ',.0f')} KB |"
             )
     if peers.get("correctness"):

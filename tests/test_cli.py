@@ -177,7 +177,14 @@ def test_bench_without_flags_runs_the_quick_preset(monkeypatch: pytest.MonkeyPat
     from pipeline.cli import main
 
     presets: list[str] = []
-    monkeypatch.setattr(runner, "run_bench", lambda opts, console: presets.append(opts.preset))
+    extras: list[list[str]] = []
+
+    def fake(opts: Any, console: Any, extra: Any = None) -> None:
+        presets.append(opts.preset)
+        extras.append(sorted(extra or {}))
+
+    monkeypatch.setattr(runner, "run_bench", fake)
     for argv in ([], ["--quick"], ["--full"]):
         main(["bench", "--out", "unused", *argv])
     assert presets == ["quick", "quick", "full"]
+    assert extras == [["peers"]] * 3  # the peers section is handed in (run when selected)

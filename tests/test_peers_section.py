@@ -33,6 +33,8 @@ PLAN = replace(
 )
 
 
+# a fresh checkout builds the PySpark 4.1 and 3.5 environments here first (a few minutes)
+@pytest.mark.timeout(1500)
 def test_every_system_moves_the_data_set_once_and_is_measured(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

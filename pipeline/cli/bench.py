@@ -66,7 +66,7 @@ def bench(
             "--peers",
             help="only the peers section: this pipeline beside Spark's Kafka source into "
             "Iceberg's and Hudi's streaming sinks, Iceberg's Kafka Connect sink and the raw "
-            "consumer, with the correctness table (quick ~15 min; with --full ~1.5 h)",
+            "consumer, with the correctness table (quick ~20 min; with --full ~1 h)",
         ),
     ] = False,
     reader: Annotated[

@@ -111,10 +111,13 @@ class FaultRig:
         system.prepare(job)
         return job, ds.topic
 
-    def _commits_after(self, run: Running, commits0: int, timeout_s: float) -> bool:
+    def _committed_beyond(self, run: Running, records0: int, timeout_s: float) -> bool:
+        """Wait until the table holds more than ``records0`` records (a data commit since)
+        or the system exits. Records, not a commit count: the table's totals never shrink,
+        while the snapshots listed stop growing once old ones expire."""
         sys_, job = run.system, run.job
         return _wait(
-            lambda: sys_.progress(job).commits > commits0 or run.proc.poll() is not None,
+            lambda: sys_.progress(job).records > records0 or run.proc.poll() is not None,
             timeout_s,
         )
 
@@ -184,9 +187,9 @@ class FaultRig:
         producer = self._live(job)
         try:
             for _ in range(kills):
-                commits0 = system.progress(job).commits
+                records0 = system.progress(job).records
                 run = Running(system, job, f"kill{r.injected}")
-                if not self._commits_after(run, commits0, timeout):
+                if not self._committed_beyond(run, records0, timeout):
                     r.notes.append(f"no new commit within {timeout:.0f} s before kill")
                 time.sleep(self.rand.uniform(0.2, 2.0))
                 run.kill()
@@ -198,7 +201,7 @@ class FaultRig:
         self, system: PeerSystem, job: PeerJob, r: FaultResult, timeout: float
     ) -> None:
         run = Running(system, job, "before-loss")
-        self._commits_after(run, 0, timeout)
+        self._committed_beyond(run, 0, timeout)
         _wait(lambda: system.progress(job).commits >= 2, 10)
         run.kill()
         r.notes.append(system.lose_checkpoint(job))
@@ -208,7 +211,7 @@ class FaultRig:
         producer = self._live(job)
         try:
             first = Running(system, job, "first")
-            self._commits_after(first, 0, timeout)
+            self._committed_beyond(first, 0, timeout)
             second = Running(system, job, "second")
             r.injected = 1
             time.sleep(20.0)  # both run: the second's start-up, then batches side by side

@@ -32,9 +32,11 @@ import numpy as np
 
 from pipeline.tools.bench.dataset import BenchBroker, produce_dataset
 from pipeline.tools.bench.freshness import RateProducer
+from pipeline.tools.bench.runner import ExtraSection
 from pipeline.tools.peers.checker import tally
 from pipeline.tools.peers.faults import FAULTS, FaultRig
 from pipeline.tools.peers.model import PeerJob, PeerSystem
+from pipeline.tools.peers.report import print_peers, write_chart
 from pipeline.tools.peers.runner import PeerRunError, Running, run_peer
 
 #: goal: our records per CPU-second against the best peer's, at each record size
@@ -116,9 +118,8 @@ def _pick(plan: PeersPlan) -> list[PeerSystem]:
     return [known[n]() for n in names]
 
 
-def _job(broker: BenchBroker, plan: PeerJob | None = None, **kw: Any) -> PeerJob:
-    base = plan or PeerJob(broker.bootstrap_servers, "", 0, False, Path("."))
-    return replace(base, **kw)
+def _job(broker: BenchBroker, **kw: Any) -> PeerJob:
+    return replace(PeerJob(broker.bootstrap_servers, "", 0, False, Path(".")), **kw)
 
 
 def throughput(
@@ -187,7 +188,7 @@ def freshness(
         producer.start()
         try:
             deadline = time.monotonic() + plan.timeout_s
-            while system.progress(job).commits == 0 and time.monotonic() < deadline:
+            while system.progress(job).records == 0 and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(plan.freshness_warmup_s)
             p0, t0 = system.progress(job), time.time()
@@ -227,7 +228,7 @@ def correctness(
     broker: BenchBroker, plan: PeersPlan, chosen: list[PeerSystem], work: Path, say: Any
 ) -> list[dict[str, Any]]:
     rig = FaultRig(broker, work / "faults", plan.fault_records, plan.partitions)
-    job0 = _job(broker, max_records_per_trigger=max(1, plan.fault_records // 10))
+    job0 = _job(broker)  # the rig sets the topic, work directory, trigger and batch size
     out = []
     for fault in plan.faults:
         for system in chosen:
@@ -337,11 +338,9 @@ def run_peers(
     return report
 
 
-def bench_section() -> Any:
-    """This section for ``ingest bench`` (:class:`~pipeline.tools.bench.runner.ExtraSection`):
-    the full plan with ``--full``, else the quick one; ``--records`` scales it."""
-    from pipeline.tools.bench.runner import ExtraSection
-    from pipeline.tools.peers.report import print_peers, write_chart
+def bench_section() -> ExtraSection:
+    """This section for ``ingest bench``: the full plan with ``--full``, else the quick
+    one; ``--records`` scales it."""
 
     def run(
         broker: BenchBroker, preset: str, records: int | None, work: Path, say: Any

@@ -141,10 +141,10 @@ def main() -> int:
     )
     ap.add_argument(
         "--jit",
-        default="tiered",
+        default="c1",
         choices=("tiered", "c1", "both"),
-        help="the driver JVM's JIT: tiered (C1 then C2, the JVM's default) or c1 "
-        "(-XX:TieredStopAtLevel=1); both: each run twice, tiered first",
+        help="spark.driverJit of the runs: c1 (-XX:TieredStopAtLevel=1, the pipeline's "
+        "default) or tiered (C1 then C2, the JVM's own); both: each run twice, tiered first",
     )
     ap.add_argument(
         "--jfr", type=Path, help="a directory: each run's driver JVM records a JFR profile there"
@@ -178,14 +178,13 @@ def main() -> int:
             doc["source"]["reader"] = reader
             doc["metrics"] = {"enabled": False}
             doc["spark"]["classArchive"] = archive == "on"
+            doc["spark"]["driverJit"] = jit
             doc["spark"]["conf"]["spark.python.daemon.module"] = (
                 "pipeline.spark.worker_daemon" if daemon == "preload" else "pyspark.daemon"
             )
             # with the session's own log4j option, which a given one replaces
             log4j = ROOT / "pipeline" / "resources" / "log4j2.properties"
             java = [f"-Dlog4j2.configurationFile=file:{log4j}"]
-            if jit == "c1":
-                java.append("-XX:TieredStopAtLevel=1")
             if ns.jfr:
                 ns.jfr.mkdir(parents=True, exist_ok=True)
                 name = f"{reader}-{archive}-{daemon}-{jit}.jfr"

@@ -73,3 +73,55 @@ def test_warm_up_starts_the_workers_of_both_kinds_of_batch_job(spark: Any) -> No
     ages = spark.range(n, numPartitions=n).mapInArrow(worker_ages, "age DOUBLE").collect()
     assert len(ages) == n
     assert all(row.age >= 1.5 for row in ages), ages  # started before this job
+
+
+def test_the_driver_jvm_compiles_with_its_quick_compiler_only(spark: Any) -> None:
+    """``spark.driverJit: c1`` (the default): -XX:TieredStopAtLevel=1 on the JVM the
+    pipeline starts; ``tiered`` and a level the user gave leave the JVM's choice alone."""
+    from pipeline.spark.session import jit_option
+
+    args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                .getInputArguments())  # fmt: skip
+    assert "-XX:TieredStopAtLevel=1" in args, args
+    assert jit_option("c1", "") == "-XX:TieredStopAtLevel=1"
+    assert jit_option("tiered", "") == ""
+    assert jit_option("c1", "-Dx=1 -XX:TieredStopAtLevel=4") == ""  # the user's wins
+
+
+def test_workers_import_pyspark_from_the_package_not_from_sparks_zips(spark: Any) -> None:
+    """Spark puts pyspark.zip, py4j's zip and the spark-core jar at the head of a worker's
+    path; each first task's ``importlib.invalidate_caches()`` re-read every zip importer's
+    directory (~0.4-0.8 CPU-s a worker on the 2-core host). The daemon imports PySpark
+    from the installed package instead, where it is the same version."""
+
+    def where(_: Any) -> list[tuple[str, list[str]]]:
+        import sys
+        import zipimport
+
+        import pyspark
+
+        zips = [k for k, v in sys.path_importer_cache.items()
+                if isinstance(v, zipimport.zipimporter) and "pyspark" in k]  # fmt: skip
+        return [(pyspark.__file__ or "", zips)]
+
+    for file, zips in spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect():
+        assert ".zip" not in file, file
+        assert zips == []
+
+
+def test_archives_of_another_spark_stay_on_the_path(tmp_path: Any, monkeypatch: Any) -> None:
+    """A Spark distribution's own ``python/lib`` zips (not inside the installed PySpark
+    package) stay: they may be another version than the package."""
+    import sys
+    import zipfile
+
+    from pipeline.spark.worker_daemon import use_installed_pyspark
+
+    dist = tmp_path / "spark-dist" / "python" / "lib"
+    dist.mkdir(parents=True)
+    with zipfile.ZipFile(dist / "pyspark.zip", "w") as z:
+        z.writestr("pyspark/__init__.py", "")
+    ours = [str(dist / "pyspark.zip"), *sys.path]
+    monkeypatch.setattr(sys, "path", ours)
+    assert use_installed_pyspark() == []
+    assert sys.path == ours

@@ -27,6 +27,9 @@ class SparkConfig(_Model):
     # the driver JVM maps its classes from a class-data-sharing archive made by an earlier
     # start (pipeline/spark/class_archive.py): seconds and CPU-seconds off each start
     class_archive: bool = True
+    # the driver JVM's JIT where the pipeline starts it: c1 (-XX:TieredStopAtLevel=1, less
+    # CPU over a run's first minutes, measured) or tiered (the JVM's default, C1 then C2)
+    driver_jit: Literal["c1", "tiered"] = "c1"
 
 
 class CommitConfig(_Model):

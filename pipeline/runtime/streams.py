@@ -40,6 +40,7 @@ class SparkHandle:
                 {**conf, **s.conf},
                 jars=[*self.reader.jars(), *jars],
                 class_archive=s.class_archive,
+                driver_jit=s.driver_jit,
             )
             self.reader.register(self._spark)
         return self._spark

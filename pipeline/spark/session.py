@@ -56,6 +56,7 @@ def build_spark(
     *,
     jars: Sequence[str] = (),
     class_archive: bool = True,
+    driver_jit: str = "c1",
 ) -> SparkSession:
     """pyspark is imported here, not at module level, so `ingest --help` stays fast.
     ``jars``: added to ``spark.jars`` (the source reader's); under spark-submit they must
@@ -101,6 +102,9 @@ def build_spark(
     if jars:
         given_jars = [j for j in options.get("spark.jars", "").split(",") if j]
         options["spark.jars"] = ",".join([*given_jars, *(j for j in jars if j not in given_jars)])
+    java_opts = options.get("spark.driver.extraJavaOptions", "")
+    if not given and (jit := jit_option(driver_jit, java_opts)):
+        options["spark.driver.extraJavaOptions"] = f"{java_opts} {jit}".strip()
     dump = None
     if class_archive and not given and SparkContext._active_spark_context is None:
         # the JVM starts here: map the class archive, or (one process at a time) dump it
@@ -125,6 +129,20 @@ def build_spark(
 
         remember_class_path(dump)
     return spark
+
+
+#: spark.driverJit -> the driver JVM's option. c1: its quick compiler only. Measured on
+#: the 2-core host (docs/bench.md, "The driver JVM's JIT"): tiered compilation's C2 spent
+#: more CPU compiling during a run's first minute than its code saved, on both readers
+JIT_OPTIONS = {"c1": "-XX:TieredStopAtLevel=1", "tiered": ""}
+
+
+def jit_option(driver_jit: str, java_options: str) -> str:
+    """The option ``driver_jit`` adds to the driver's ``java_options``: none where those
+    already set a compilation level (the user's wins)."""
+    if "TieredStopAtLevel" in java_options or "TieredCompilation" in java_options:
+        return ""
+    return JIT_OPTIONS[driver_jit]
 
 
 def _submitted_conf() -> dict[str, str]:

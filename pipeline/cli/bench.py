@@ -76,6 +76,17 @@ def bench(
             "Kafka source); recorded in the report"
         ),
     ] = "auto",
+    peer: Annotated[
+        list[str] | None,
+        typer.Option(help="with --peers: only this system (repeatable; default: all)"),
+    ] = None,
+    peers_part: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="with --peers: only this table (repeatable): throughput, freshness, "
+            "correctness; merge it into a report with python -m pipeline.tools.peers.merge"
+        ),
+    ] = None,
 ) -> None:
     """Benchmark: raw ceiling, throughput, exactly-once overhead, commit latency and growth,
     recovery, memory, freshness, CPU per record (docs/bench.md)."""
@@ -86,6 +97,14 @@ def bench(
         if only:
             raise UsageError("--peers is the peers section alone: leave out --only")
         only = ["peers"]
+    elif peer or peers_part:
+        raise UsageError("--peer and --peers-part narrow the peers section: add --peers")
+    from pipeline.tools.peers.section import bench_section, check_choice
+
+    try:
+        check_choice(peer or (), peers_part or ())
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     selected(only or ())  # an unknown --only section: refused before anything starts
     preset = preset_name or ("full" if full else "quick")
     if preset not in PRESETS:
@@ -109,7 +128,7 @@ def bench(
         work=work.resolve() if work else None,
         profile=profile,
         reader=reader,
+        peer=tuple(peer or ()),
+        peers_part=tuple(peers_part or ()),
     )
-    from pipeline.tools.peers.section import bench_section
-
-    run_bench(opts, out, extra={"peers": bench_section()})
+    run_bench(opts, out, extra={"peers": bench_section(opts.peer, opts.peers_part)})

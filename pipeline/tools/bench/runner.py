@@ -72,6 +72,8 @@ class BenchOptions:
     work: Path | None = None  # scratch space (default: a temporary directory)
     profile: bool = False
     reader: str = "auto"  # the measured pipelines' source.reader (INGEST_SOURCE_READER)
+    peer: tuple[str, ...] = ()  # the peers section's systems (empty: all)
+    peers_part: tuple[str, ...] = ()  # the peers section's tables (empty: all)
 
 
 def selected(only: Iterable[str]) -> set[str]:
@@ -155,6 +157,9 @@ def reproduce_command(opts: BenchOptions) -> str:
         args.append("--profile")
     if opts.reader != "auto":
         args += ["--reader", opts.reader]
+    for option, names in (("--peer", opts.peer), ("--peers-part", opts.peers_part)):
+        for name in names:
+            args += [option, name]
     return shlex.join(args)
 
 

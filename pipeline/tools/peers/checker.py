@@ -37,9 +37,11 @@ def tally(rows: pa.Table, topic: str, ranges: Mapping[int, tuple[int, int]]) -> 
     """Count ``rows`` (``topic``, ``partition``, ``offset`` columns) against ``ranges``
     (partition -> (low, high) watermarks of ``topic``)."""
     expected = sum(hi - lo for lo, hi in ranges.values())
-    counts = rows.select(["topic", "partition", "offset"]).group_by(
-        ["topic", "partition", "offset"]
-    ).aggregate([([], "count_all")])
+    counts = (
+        rows.select(["topic", "partition", "offset"])
+        .group_by(["topic", "partition", "offset"])
+        .aggregate([([], "count_all")])
+    )
     inside = pc.equal(counts["topic"], topic)
     in_range: pa.ChunkedArray | pa.Array = pa.array([False] * counts.num_rows, pa.bool_())
     for p, (lo, hi) in ranges.items():

@@ -23,7 +23,7 @@ format's reader, and its own cgroup; nothing the systems log is trusted for a nu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,11 @@ CPU_GOAL = 1.5
 PAYLOAD_BYTES = {"~270 B": 0, "~1.2 KB": 940}
 
 
+#: the section's tables, each measured on its own (a re-run of one merges into a report:
+#: pipeline/tools/peers/report.py)
+PARTS = ("throughput", "freshness", "correctness")
+
+
 @dataclass(frozen=True)
 class PeersPlan:
     records: int  # per record size
@@ -58,6 +63,7 @@ class PeersPlan:
     fault_records: int = 20_000
     timeout_s: float = 900.0
     systems: tuple[str, ...] = ()  # empty: all of SYSTEMS
+    parts: tuple[str, ...] = PARTS  # which tables this run measures
     #: systems left out of the correctness table (time: each fault costs minutes a system)
     no_faults: tuple[str, ...] = (
         "raw-consumer",
@@ -327,25 +333,36 @@ def run_peers(
         "systems": {s.name: s.describe() for s in chosen},
     }
     say(f"peers: {', '.join(s.name for s in chosen)}")
-    report["throughput"] = throughput(broker, plan, chosen, work, say)
-    if plan.freshness_seconds > 0:
+    if "throughput" in plan.parts:
+        report["throughput"] = throughput(broker, plan, chosen, work, say)
+    if "freshness" in plan.parts and plan.freshness_seconds > 0:
         say(f"peers: freshness at {plan.freshness_rate:,.0f} records/s, 1 s trigger")
         report["freshness"] = freshness(broker, plan, chosen, work, say)
-    if plan.faults:
+    if "correctness" in plan.parts and plan.faults:
         say(f"peers: correctness under faults ({', '.join(plan.faults)})")
         report["correctness"] = correctness(broker, plan, chosen, work, say)
     report["goals"] = goals(report)
     return report
 
 
-def bench_section() -> ExtraSection:
+def check_choice(peer: Sequence[str], parts: Sequence[str]) -> None:
+    """Refuse unknown system or part names, in one line, before anything starts."""
+    choices = (("--peer", peer, tuple(systems())), ("--peers-part", parts, PARTS))
+    for kind, names, known in choices:
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise ValueError(f"{kind} {', '.join(bad)}: allowed: {', '.join(known)}")
+
+
+def bench_section(peer: Sequence[str] = (), parts: Sequence[str] = ()) -> ExtraSection:
     """This section for ``ingest bench``: the full plan with ``--full``, else the quick
-    one; ``--records`` scales it."""
+    one; ``--records`` scales it; ``peer`` and ``parts`` narrow it (empty: all)."""
 
     def run(
         broker: BenchBroker, preset: str, records: int | None, work: Path, say: Any
     ) -> dict[str, Any]:
         plan = FULL_PLAN if preset == "full" else QUICK_PLAN
+        plan = replace(plan, systems=tuple(peer), parts=tuple(parts) or PARTS)
         if records is not None:
             plan = replace(plan, records=records, batch=max(1, min(plan.batch, records // 5)))
         return run_peers(broker, plan, work, say)

@@ -64,3 +64,12 @@ def test_unknown_systems_and_tables_are_refused_in_one_line() -> None:
         check_choice(["nope"], [])
     with pytest.raises(ValueError, match="--peers-part speed: allowed: throughput"):
         check_choice([], ["speed"])
+
+
+def test_the_reports_command_reruns_the_narrowed_section() -> None:
+    from pipeline.tools.bench.runner import BenchOptions, reproduce_command
+
+    opts = BenchOptions(only=("peers",), peer=("ingest-iceberg",), peers_part=("throughput",))
+    assert reproduce_command(opts) == (
+        "ingest bench --full --peers --peer ingest-iceberg --peers-part throughput"
+    )

@@ -147,8 +147,11 @@ def reproduce_command(opts: BenchOptions) -> str:
     measured or reported; ``--out`` and ``--work`` only say where things go."""
     flag = {"full": ["--full"], "quick": ["--quick"]}.get(opts.preset, ["--preset", opts.preset])
     args = ["ingest", "bench", *flag]
-    for section in opts.only:
-        args += ["--only", section]
+    if opts.only == ("peers",):
+        args.append("--peers")  # what --peer and --peers-part go with
+    else:
+        for section in opts.only:
+            args += ["--only", section]
     if opts.records is not None:
         args += ["--records", str(opts.records)]
     if opts.bootstrap is not None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pipeline.errors import EnvironmentProblem
 from pipeline.spark.worker_daemon import daemon_conf, preload
@@ -56,7 +56,7 @@ def build_spark(
     *,
     jars: Sequence[str] = (),
     class_archive: bool = True,
-    driver_jit: str = "c1",
+    driver_jit: Literal["c1", "tiered"] = "c1",
 ) -> SparkSession:
     """pyspark is imported here, not at module level, so `ingest --help` stays fast.
     ``jars``: added to ``spark.jars`` (the source reader's); under spark-submit they must
@@ -137,7 +137,7 @@ def build_spark(
 JIT_OPTIONS = {"c1": "-XX:TieredStopAtLevel=1", "tiered": ""}
 
 
-def jit_option(driver_jit: str, java_options: str) -> str:
+def jit_option(driver_jit: Literal["c1", "tiered"], java_options: str) -> str:
     """The option ``driver_jit`` adds to the driver's ``java_options``: none where those
     already set a compilation level (the user's wins)."""
     if "TieredStopAtLevel" in java_options or "TieredCompilation" in java_options:

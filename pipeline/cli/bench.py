@@ -101,10 +101,11 @@ def bench(
         raise UsageError("--peer and --peers-part narrow the peers section: add --peers")
     from pipeline.tools.peers.section import bench_section, check_choice
 
-    try:
-        check_choice(peer or (), peers_part or ())
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    if peer or peers_part:  # the systems' registry is imported only to check names given
+        try:
+            check_choice(peer or (), peers_part or ())
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     selected(only or ())  # an unknown --only section: refused before anything starts
     preset = preset_name or ("full" if full else "quick")
     if preset not in PRESETS:

@@ -45,7 +45,7 @@ PAYLOAD_BYTES = {"~270 B": 0, "~1.2 KB": 940}
 
 
 #: the section's tables, each measured on its own (a re-run of one merges into a report:
-#: pipeline/tools/peers/report.py)
+#: pipeline/tools/peers/merge.py)
 PARTS = ("throughput", "freshness", "correctness")
 
 

@@ -20,8 +20,15 @@ want="pyspark==$VERSION $(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
 
 missing() { echo "spark-line-env: $*" >&2; exit 1; }
 
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$VENV/bin/python" ]; then
-  mkdir -p "$HOME_DIR"
+built() { [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -x "$VENV/bin/python" ]; }
+
+if ! built; then
+  mkdir -p "$HOME_DIR/$VERSION"
+  # one builder at a time (CI's two lanes, tests that build it): the others wait, then find it
+  exec 9>"$HOME_DIR/$VERSION/.lock"
+  flock 9
+fi
+if ! built; then
   [ -f "$HOME_DIR/.gitignore" ] || echo '*' >"$HOME_DIR/.gitignore"
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV" >/dev/null 2>&1 \
     || missing "a Python venv at $VENV ($PY -m venv failed)"

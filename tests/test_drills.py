@@ -421,7 +421,7 @@ def _in_ci_subset(spec: DrillSpec) -> bool:
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("share", range(SHARES))
 def test_left_out_drills(share: int, tmp_path: Path) -> None:
-    """The drills of the full matrix outside CI's subset, a quarter per CI run
+    """The drills of the full matrix outside CI's subset, an eighth per CI run
     (tests/support/rotation.py), each ending 0 missing and 0 duplicated."""
     wanted = set(drills_of(share))
 

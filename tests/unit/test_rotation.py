@@ -1,5 +1,5 @@
 """The rotation covers every test CI's stages leave out, each in exactly one share, and any
-four consecutive commits run all of them (tests/support/rotation.py)."""
+as many consecutive commits as it has shares run all of them (tests/support/rotation.py)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_every_core_test_runs_on_the_spark_reader() -> None:
     own = {n for n in core if n.startswith("tests/test_spark_reader.py::")}
     assert own, "tests/test_spark_reader.py is the reader's own core"
     assert core - own == set(rotation.CORE_ON_SPARK_READER), "core tests without a share"
-    assert set(rotation.CORE_ON_SPARK_READER.values()) == set(range(rotation.SHARES))
+    assert set(rotation.CORE_ON_SPARK_READER.values()) <= set(range(rotation.SHARES))
 
 
 def test_ci_runs_the_core_on_pyspark_3_5_and_on_the_spark_reader() -> None:
@@ -85,8 +85,8 @@ def test_the_other_spark_lines_run_the_spark_reader_tests_in_a_share() -> None:
 
 
 @pytest.mark.parametrize("first", [0, 1, 2, 3, 137])
-def test_four_consecutive_commits_run_every_rotated_test(first: int) -> None:
-    shares = [height % rotation.SHARES for height in range(first, first + 4)]
+def test_as_many_consecutive_commits_as_shares_run_every_rotated_test(first: int) -> None:
+    shares = [height % rotation.SHARES for height in range(first, first + rotation.SHARES)]
     ran = [node for share in shares for node in rotation.node_ids(share)]
     expected = set(rotation.EXTENDED) | {
         f"{rotation.LEFT_OUT_DRILLS}[{s}]" for s in range(rotation.SHARES)
@@ -108,10 +108,10 @@ def test_the_share_is_picked_from_the_commit_or_by_hand(monkeypatch: pytest.Monk
     monkeypatch.setenv("INGEST_ROTATION_SHARE", "2")
     assert rotation.chosen_share() == ([2], "INGEST_ROTATION_SHARE=2")
     monkeypatch.setenv("INGEST_ROTATION_SHARE", "all")
-    assert rotation.chosen_share()[0] == [0, 1, 2, 3]
-    for bad in ("7", "two"):
+    assert rotation.chosen_share()[0] == list(range(rotation.SHARES))
+    for bad in ("8", "two"):
         monkeypatch.setenv("INGEST_ROTATION_SHARE", bad)
-        with pytest.raises(SystemExit, match="0..3 or all"):
+        with pytest.raises(SystemExit, match="0..7 or all"):
             rotation.chosen_share()
 
 
@@ -127,7 +127,7 @@ def test_ci_runs_the_rotation_and_says_which_share() -> None:
         check=True,
         env={**os.environ, "INGEST_ROTATION_SHARE": ""},
     ).stdout
-    assert out.startswith("rotation share(s) 1 of 4 (--share 1)")
+    assert out.startswith("rotation share(s) 1 of 8 (--share 1)")
     nodes = subprocess.run(
         [sys.executable, "tests/support/rotation.py", "--nodes", "--share", "1"],
         cwd=ROOT,

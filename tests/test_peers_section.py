@@ -1,11 +1,12 @@
 """``ingest bench --peers`` in small, so the harness cannot rot: systems move one small
 data set, each measured in its own cgroup and counted by the one checker; one fault
 (SIGKILLs under a live producer) runs against this pipeline; the goals, console tables and
-chart are made from the result. Every CI run moves it through this pipeline, one peer and
-the raw consumer; every system (this pipeline on both source readers and both formats,
-Spark's Kafka source into Iceberg's and Hudi's streaming sinks, Iceberg's Kafka Connect
-sink, the raw consumer) runs in a share of the rotation (tests/support/rotation.py). The
-full section is a command whose committed report is refreshed (docs/bench.md)."""
+chart are made from the result. Every CI run moves the data set through this pipeline, one
+peer and the raw consumer; the fault, and every system (this pipeline on both source
+readers and both formats, Spark's Kafka source into Iceberg's and Hudi's streaming sinks,
+Iceberg's Kafka Connect sink, the raw consumer), run in shares of the rotation
+(tests/support/rotation.py). The full section is a command whose committed report is
+refreshed (docs/bench.md)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ def test_systems_move_the_data_set_once_and_are_measured(
     assert chart is not None and chart.stat().st_size > 10_000
 
 
+@pytest.mark.extended  # CI's budget: in the rotation (the drills SIGKILL ours every run)
 def test_sigkills_under_a_live_producer_are_counted_exactly_once(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

@@ -91,6 +91,7 @@ EXTENDED: dict[str, int] = {
     # every system of the peers section (2026-11-29; CI's slow stage runs three of them):
     # 530 s on a slow host from a fresh checkout, which builds PySpark 4.1's environment here
     "tests/test_peers_section.py::test_systems_move_the_data_set_once_and_are_measured[every-system]": 1,  # ~250 s
+    "tests/test_peers_section.py::test_sigkills_under_a_live_producer_are_counted_exactly_once": 2,  # ~60 s
 }
 
 # the drills of the full matrix outside CI's subset: (label, table format) -> share

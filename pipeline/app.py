@@ -213,6 +213,11 @@ class Pipeline:
             self.stats.epoch = self.coordinator.acquire_epoch(owner=socket.gethostname())
         if planned:
             self._evolve_schema()
+        if self.cfg.ha.mode == "off":  # a standby warmed its workers up while it waited
+            from pipeline.spark.session import warm_up_in_background
+
+            sql = self.source.reader.rows_are_records or self.cfg.decode.engine != "arrow"
+            warm_up_in_background(self.spark, rdd=not sql, sql=sql)
         return start_stream(
             self.spark,
             self.source.reader.format,

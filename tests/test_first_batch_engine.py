@@ -35,3 +35,47 @@ def test_first_batch_of_a_new_pipeline_is_not_decoded_by_spark(
     plans = _sql_plans(spark)[seen:]
     assert plans, "no SQL execution seen: the probe no longer observes the session"
     assert not [plan for plan in plans if "from_json" in plan], plans
+
+
+def _marker_job(spark: Any, group: str) -> int:
+    """Run one trivial job under ``group`` (on a thread of its own: a job group is a
+    thread's property) and return its id."""
+    import threading
+
+    sc = spark.sparkContext
+
+    def run() -> None:
+        sc.setJobGroup(group, "test marker")
+        sc.parallelize([0], 1).count()
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    (job,) = sc.statusTracker().getJobIdsForGroup(group)
+    return int(job)
+
+
+def test_a_plain_run_starts_its_python_workers_before_its_first_batch(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """The first batch's tasks would wait for the worker daemon to start and import the
+    task path (~1.2 CPU-s, before any worker forks): a run without a standby (which warms
+    up while it waits) starts its workers while Spark starts the query and plans."""
+    from pipeline.spark.session import WARM_UP_GROUP
+
+    topic = kafka_broker.new_topic("warm", 2)
+    sent = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=6))
+    cfg = iceberg_config(tmp_path, kafka_broker.bootstrap_servers, topic)
+    tracker = spark.sparkContext.statusTracker()
+    warmed_before = set(tracker.getJobIdsForGroup(WARM_UP_GROUP))
+    first = _marker_job(spark, f"before-{topic}")
+    p = Pipeline(cfg, spark)
+    assert p.run().batches == 1
+    last = _marker_job(spark, f"after-{topic}")
+    assert coords(p) == produced(sent)
+    warm = set(tracker.getJobIdsForGroup(WARM_UP_GROUP)) - warmed_before
+    assert warm, "the run started no warm-up job"
+    assert all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in warm)
+    batch_jobs = set(range(first + 1, last)) - warm
+    assert batch_jobs, "no job of the batch seen between the markers"
+    assert max(warm) < min(batch_jobs), (sorted(warm), sorted(batch_jobs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pipeline.errors import EnvironmentProblem
 from pipeline.spark.worker_daemon import daemon_conf, preload
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -202,15 +205,46 @@ def _warm_task(_: object) -> list[int]:
     return [0]
 
 
-def warm_up(spark: Any) -> None:
+# the job group of warm-up jobs (a thread's property: set on the warm-up's own thread)
+WARM_UP_GROUP = "ingest-warm-up"
+
+
+def warm_up(spark: Any, *, rdd: bool = True, sql: bool = True) -> None:
     """Start the Python workers a batch would start (a warm standby's take-over then
     waits for none): one trivial task per core, importing what the task path imports, on
-    both kinds of job a batch runs -- an RDD's (the arrow engine reading its ranges) and a
+    the kinds of job a batch runs -- an RDD's (the arrow engine reading its ranges) and a
     SQL ``mapInArrow`` (the rows of Spark's Kafka source), whose workers Spark keeps apart."""
     sc = spark.sparkContext
-    n = max(1, int(sc.defaultParallelism))
-    sc.parallelize(range(n), n).mapPartitions(_warm_task).count()
-    spark.range(n, numPartitions=n).mapInArrow(_warm_arrow, "id LONG").count()
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    before = {k: sc.getLocalProperty(k) for k in keys}  # the calling thread's, put back
+    sc.setJobGroup(WARM_UP_GROUP, "ingest: starting the Python workers")
+    try:
+        n = max(1, int(sc.defaultParallelism))
+        if rdd:
+            sc.parallelize(range(n), n).mapPartitions(_warm_task).count()
+        if sql:
+            spark.range(n, numPartitions=n).mapInArrow(_warm_arrow, "id LONG").count()
+    finally:
+        for k, v in before.items():
+            sc.setLocalProperty(k, v)
+
+
+def warm_up_in_background(spark: Any, *, rdd: bool, sql: bool) -> threading.Thread:
+    """:func:`warm_up` on a thread of its own, for a run with no standby (which warmed up
+    while it waited): the first batch's tasks would otherwise wait for the worker daemon to
+    import the task path (~1.2 CPU-s before its first fork) and pay the workers' first
+    task; here that overlaps Spark's start of the query and its first plan. A failure is
+    only logged: the batch starts the workers itself then, and reports its own errors."""
+
+    def run() -> None:
+        try:
+            warm_up(spark, rdd=rdd, sql=sql)
+        except Exception as e:  # e.g. the session stopped under it
+            log.debug("warming up the Python workers failed: %s", e)
+
+    thread = threading.Thread(target=run, name="ingest-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _warm_arrow(batches: Iterator[Any]) -> Iterator[Any]:

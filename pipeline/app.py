@@ -214,10 +214,11 @@ class Pipeline:
         if planned:
             self._evolve_schema()
         if self.cfg.ha.mode == "off":  # a standby warmed its workers up while it waited
+            from pipeline.spark.batch import tasks_read_ranges
             from pipeline.spark.session import warm_up_in_background
 
-            sql = self.source.reader.rows_are_records or self.cfg.decode.engine != "arrow"
-            warm_up_in_background(self.spark, rdd=not sql, sql=sql)
+            rdd = tasks_read_ranges(self.cfg.decode.engine, self.source.reader.rows_are_records)
+            warm_up_in_background(self.spark, rdd=rdd, sql=not rdd)
         return start_stream(
             self.spark,
             self.source.reader.format,

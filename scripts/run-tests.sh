@@ -14,7 +14,9 @@ stage() {  # stage NAME: close the previous stage's timer and open NAME's
   stage_name="$1"; stage_started=$now
   if [ -n "$1" ]; then echo "== $1"; fi
 }
-report_stages() { stage ""; echo "== stage times"; printf '  %s\n' "${stages[@]}"; }
+report_stages() {  # report_stages [TITLE]: close the open stage, print every stage's time
+  stage ""; echo "== stage times${1:+ ($1)}"; printf '  %s\n' "${stages[@]}"
+}
 trap report_stages EXIT
 stage "set-up: PostgreSQL"
 # PostgreSQL catalog tests: a cluster of the project's own, installed and started here;
@@ -122,8 +124,7 @@ lane_two() {  # in a subshell: its own stage timer and times
   export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} -p no:cacheprovider"  # one lane writes the cache
   drill_stage || failed=1
   rotation_stage || failed=1
-  stage ""
-  echo "== stage times (lane 2)"; printf '  %s\n' "${stages[@]}"
+  report_stages "lane 2"
   return "$failed"
 }
 stage ""  # close the default suite's timer: the lanes time their own stages
@@ -141,6 +142,5 @@ else
   wait "$lane_two_pid" || failed=1
   wait  # the prefixing sed's last lines
 fi
-stage ""
 stages+=("$(printf '%-28s %5ds' "both lanes (wall)" $((SECONDS - lanes_started)))")
 exit "$failed"

@@ -37,6 +37,14 @@ from pipeline.spark.writer import (
 TaskPlanner = Callable[[str, PartitionOffsets, "str | None"], TaskPlan]
 
 
+def tasks_read_ranges(engine: str, rows_are_records: bool) -> bool:
+    """Whether a batch's tasks read its ranges from Kafka themselves (an RDD job over the
+    packed ranges) rather than take the batch DataFrame's rows (a SQL ``mapInArrow``): the
+    arrow engine on a reader whose rows are not the records, once the batch's start is
+    known."""
+    return engine == "arrow" and not rows_are_records
+
+
 @dataclass(frozen=True)
 class BatchWriter:
     """Stages one batch's files through Spark tasks; see the module docstring."""
@@ -63,7 +71,8 @@ class BatchWriter:
             fn = make_decode_task_function(plan, decoder)
             rows = self._rows().mapInArrow(fn, RESULT_DDL).collect()
             return collect_staged(r.asDict() for r in rows)
-        if self.decode.engine == "arrow" and self.start is not None:
+        reads = tasks_read_ranges(self.decode.engine, self.rows_are_records)
+        if reads and self.start is not None:
             # the DataFrame is never touched: tasks read the batch's ranges themselves
             return self._write_arrow(plan, self.start)
         # Decoded here, not in the streaming query: a plan Spark re-analyses every batch

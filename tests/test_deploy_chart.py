@@ -437,6 +437,14 @@ def test_spark_client_mode_wiring(helm: Any, values: Path | None) -> None:
         assert "spark.driver.host" not in conf
     else:
         assert conf["spark.driver.host"] == f"{svc_name}.{NAMESPACE}.svc"
+    # executors are told spark.driver.host: Spark >= 4.1 would give them the bind address
+    # (0.0.0.0 here) unless useDriverPodIP is off
+    assert conf["spark.driver.bindAddress"] == "0.0.0.0"
+    assert conf["spark.kubernetes.executor.useDriverPodIP"] == "false"
+    # Spark's own executor name prefix (a unique id per start): a driver container
+    # restarted in the same pod must not collide with its previous start's executor pods
+    assert "spark.kubernetes.executor.podNamePrefix" not in conf
+    assert "spark.kubernetes.executor.podNamePrefix" not in cfg["spark"]["conf"]
     assert int(conf["spark.driver.port"]) == svc_ports["driver-rpc"]
     assert int(conf["spark.driver.blockManager.port"]) == svc_ports["blockmanager"]
     assert conf["spark.submit.deployMode"] == "client"
@@ -523,20 +531,16 @@ def test_warm_standby_replicas(helm: Any) -> None:
     env = {e["name"]: e for e in c["env"]}
     for name in ("INGEST_ADVERTISE_HOST", "POD_IP"):
         assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-    # spark.driver.host per pod (the headless Service would resolve to both drivers), and
-    # executor pods named after their driver (two drivers create executors)
+    # spark.driver.host per pod (the headless Service would resolve to both drivers)
     data = configmap(docs)
     defaults = spark_defaults(data["spark-defaults.conf"])
     assert "spark.driver.host" not in defaults
-    assert "spark.kubernetes.executor.podNamePrefix" not in defaults
     raw = yaml.safe_load(data["pipeline.yaml"])
     assert raw["spark"]["conf"]["spark.driver.host"] == "${POD_IP}"
-    assert raw["spark"]["conf"]["spark.kubernetes.executor.podNamePrefix"] == "${POD_NAME}"
     env_values = {"POD_IP": "10.1.2.3", "POD_NAME": "rel-ingest-5d8f7c9b4-x2k8q"}
     cfg = parse_config(raw, env_values)
     assert cfg.ha.mode == "auto" and cfg.ha.port == 4050
     assert cfg.spark.conf["spark.driver.host"] == "10.1.2.3"
-    assert cfg.spark.conf["spark.kubernetes.executor.podNamePrefix"] == env_values["POD_NAME"]
     # the state volume is shared by both drivers: ReadWriteMany; drains evict one at a time
     (pvc,) = by_kind(docs, "PersistentVolumeClaim")
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]

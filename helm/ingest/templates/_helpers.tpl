@@ -227,9 +227,8 @@ one line naming the values to change.
 {{- end -}}
 {{- if and .Values.ha.enabled (eq .Values.spark.mode "kubernetes") -}}
 {{- /* per pod, not the headless Service (it resolves to both driver pods): executors
-       connect to their own driver, and are named after it (two drivers, one namespace) */ -}}
+       connect to their own driver */ -}}
 {{- $_ := set $sparkConf "spark.driver.host" "${POD_IP}" -}}
-{{- $_ := set $sparkConf "spark.kubernetes.executor.podNamePrefix" "${POD_NAME}" -}}
 {{- end -}}
 {{- $_ := set $spark "conf" $sparkConf -}}
 {{- $_ := set $cfg "spark" $spark -}}
@@ -271,10 +270,15 @@ one line naming the values to change.
   "spark.executor.memoryOverhead" $s.executor.memoryOverhead
   "spark.kubernetes.executor.request.cores" (toString (default $s.executor.cores $s.executor.requestCores))
 ) -}}
+{{- /* Executors reach the driver at spark.driver.host. Spark >= 4.1 would otherwise give
+       them spark.driver.bindAddress (useDriverPodIP, default true), which is 0.0.0.0 for a
+       driver in client mode. spark.kubernetes.executor.podNamePrefix stays Spark's
+       (app name + a unique id per start): a driver container restarted inside the same
+       pod must not collide with its previous start's executor pods (HTTP 409). */ -}}
+{{- $_ := set $conf "spark.kubernetes.executor.useDriverPodIP" "false" -}}
 {{- if not .Values.ha.enabled -}}
-{{- /* with ha.enabled both are per pod: in pipeline.yaml (ingest.pipelineConfig) */ -}}
+{{- /* with ha.enabled it is per pod: in pipeline.yaml (ingest.pipelineConfig) */ -}}
 {{- $_ := set $conf "spark.driver.host" (printf "%s.%s.svc" $svc .Release.Namespace) -}}
-{{- $_ := set $conf "spark.kubernetes.executor.podNamePrefix" (include "ingest.fullname" . | trunc 47 | trimSuffix "-") -}}
 {{- end -}}
 {{- with .Values.imagePullSecrets -}}
 {{- $_ := set $conf "spark.kubernetes.container.image.pullSecrets" (join "," .) -}}
@@ -298,8 +302,7 @@ one line naming the values to change.
 {{- end -}}
 # spark-defaults.conf rendered by the ingest chart (spark.mode={{ $s.mode }})
 {{- if and .Values.ha.enabled (eq $s.mode "kubernetes") }}
-# ha.enabled: spark.driver.host and spark.kubernetes.executor.podNamePrefix are per driver
-# pod, set in pipeline.yaml (spark.conf) from POD_IP and POD_NAME
+# ha.enabled: spark.driver.host is per driver pod, set in pipeline.yaml (spark.conf) from POD_IP
 {{- end }}
 {{- range $k := keys $conf | sortAlpha }}
 {{ printf "%-50s %s" $k (get $conf $k) }}

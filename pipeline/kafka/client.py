@@ -55,8 +55,21 @@ _DEFAULTS = {
 # librdkafka's defaults fetched 15.7x the bytes delivered for 500-record ranges and 2.7x
 # for 5,000-record ones, because each partition prefetches up to 100k messages past its
 # range; these buckets fetched 3.2x and 1.3x, and the small reads took 1.0 s instead of
-# 2.7 s. Buckets, not exact sizes: a pooled consumer is reused only by an equal config.
-_FETCH_BUCKETS = ((1_000, 262_144), (10_000, 262_144), (100_000, 1_048_576))
+# 2.7 s. Every record fetched is decompressed and parsed in the task, so the small
+# buckets matter most with many partitions: a 16-record range that fetched 256 KiB cost
+# ~10 ms of CPU per partition per read (zstd batches, 64 partitions per read: 0.65 CPU-s
+# a read, 0.05 with 4 KiB; 160-record ranges 0.99 and 0.19 with 32 KiB). About 128 B a
+# record on the wire was the best of 32-256 B for ~270 B and ~1.2 KB records alike; the
+# broker returns a whole record batch however small the limit (a 900 KB batch read with
+# 4 KiB was no slower). Buckets, not exact sizes: a pooled consumer is reused only by an
+# equal config.
+_FETCH_BUCKETS = (
+    (32, 1_000, 4_096),
+    (256, 1_000, 32_768),
+    (1_000, 1_000, 262_144),
+    (10_000, 10_000, 262_144),
+    (100_000, 100_000, 1_048_576),
+)
 _QUEUE_KBYTES = 65_536
 _UNKNOWN_TOPIC = (
     KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -68,10 +81,10 @@ _UNKNOWN_TOPIC = (
 def fetch_sizing(records_per_partition: int) -> dict[str, str]:
     """Prefetch settings for a read that takes at most ``records_per_partition`` records
     from any one partition (the reader lets a user's ``source.kafka`` values win)."""
-    qmin, partition_bytes = _FETCH_BUCKETS[-1]
-    for bound, size in _FETCH_BUCKETS:
+    _, qmin, partition_bytes = _FETCH_BUCKETS[-1]
+    for bound, queued, size in _FETCH_BUCKETS:
         if records_per_partition <= bound:
-            qmin, partition_bytes = bound, size
+            qmin, partition_bytes = queued, size
             break
     return {
         "queued.min.messages": str(qmin),

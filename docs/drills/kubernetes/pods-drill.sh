@@ -126,11 +126,14 @@ phase "$P-04-kills" "SIGKILL from the host mid-batch, $KILLS times, a producer r
 producer=$!
 CKPT="$RUN/pv/state/checkpoints/$ID"
 last() { find "$CKPT/$1" -maxdepth 1 -regex '.*/[0-9]+' -printf '%f\n' 2>/dev/null | sort -n | tail -1; }
+two_more_batches() {
+  b0="$(metric ingest_last_batch_id)"
+  until [ "$(metric ingest_last_batch_id)" -ge $(( b0 + 2 )) ] 2>/dev/null; do sleep 0.5; done
+}
 mid_batch() {
   # mid-batch, as seen on the state volume from the host: Spark has written the batch's
   # offsets file (batch started) but not yet its commits file (batch not finished)
-  b0="$(metric ingest_last_batch_id)"
-  until [ "$(metric ingest_last_batch_id)" -ge $(( b0 + 2 )) ] 2>/dev/null; do sleep 0.5; done
+  two_more_batches
   until o="$(last offsets)" c="$(last commits)"; [ -n "$o" ] && [ "$o" -gt "${c:--1}" ]; do sleep 0.02; done
 }
 for k in $(seq "$KILLS"); do
@@ -164,8 +167,7 @@ if [ "$SPARK_MODE" = kubernetes ]; then
   t=$(ms)
   until now="$(executors)"; [ -n "$now" ] && [ "$now" != "$before" ]; do [ $(( $(ms) - t )) -lt 300000 ] || break; sleep 0.5; done
   note "kill $((KILLS + 1)): executor pods now '$now', $(secs $(( $(ms) - t ))) s after the kill"
-  b0="$(metric ingest_last_batch_id)"
-  until [ "$(metric ingest_last_batch_id)" -ge $(( b0 + 2 )) ] 2>/dev/null; do sleep 0.5; done
+  two_more_batches
   note "two more batches committed (last batch id $(metric ingest_last_batch_id))"
   run kubectl get pod -l app.kubernetes.io/component=executor -o wide
   run executor_trees

@@ -213,7 +213,7 @@ class Pipeline:
             self.stats.epoch = self.coordinator.acquire_epoch(owner=socket.gethostname())
         if planned:
             self._evolve_schema()
-        if self.cfg.ha.mode == "off":  # a standby warmed its workers up while it waited
+        if not self.lease.warm:  # a standby warmed its workers up while it waited
             from pipeline.spark.batch import tasks_read_ranges
             from pipeline.spark.session import warm_up_in_background
 

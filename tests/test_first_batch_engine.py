@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.drivers import coords, iceberg_config, produced
 from support.kafka_fixtures import KafkaTestBroker
 
@@ -55,17 +56,20 @@ def _marker_job(spark: Any, group: str) -> int:
     return int(job)
 
 
+@pytest.mark.parametrize("ha_mode", ["off", "auto"])
 def test_a_plain_run_starts_its_python_workers_before_its_first_batch(
-    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, ha_mode: str
 ) -> None:
     """The first batch's tasks would wait for the worker daemon to start and import the
-    task path (~1.2 CPU-s, before any worker forks): a run without a standby (which warms
-    up while it waits) starts its workers while Spark starts the query and plans."""
+    task path (~1.2 CPU-s, before any worker forks): a run that did not stand by (a standby
+    warms up while it waits) starts its workers while Spark starts the query and plans;
+    with ``ha.mode: auto`` too, when it takes a free lease at once."""
     from pipeline.spark.session import WARM_UP_GROUP
 
     topic = kafka_broker.new_topic("warm", 2)
     sent = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=300, seed=6))
     cfg = iceberg_config(tmp_path, kafka_broker.bootstrap_servers, topic)
+    cfg = cfg.model_copy(update={"ha": cfg.ha.model_copy(update={"mode": ha_mode})})
     tracker = spark.sparkContext.statusTracker()
     warmed_before = set(tracker.getJobIdsForGroup(WARM_UP_GROUP))
     first = _marker_job(spark, f"before-{topic}")

@@ -64,6 +64,12 @@ class LeaseHolder:
             self._warm_up, lambda: self.stop.requested, keep_warm=self._keep_warm
         )
 
+    @property
+    def warm(self) -> bool:
+        """This replica warmed up (its Python workers too) as a standby before it took the
+        lease; one that took it at once, or outwaited a dead holder, did not."""
+        return self.lease is not None and self.lease.warm
+
     def keep(self) -> None:
         """Renew the lease; ``LeaseLostError`` (a fence) when another replica took over."""
         if self.lease is not None:

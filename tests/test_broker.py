@@ -381,9 +381,11 @@ def test_reader_reuses_one_consumer_and_emits_each_offset_once(broker: KafkaClus
     assert sorted(seen) == sorted(expected)  # every offset exactly once, nothing else
     assert [o for p, o in seen if p == 0] == list(range(1_000))  # in offset order
 
-    beyond = [OffsetRange(topic, 0, 10_000, 10_001)]  # beyond the log: the read raises
+    # ranges of the loop's size (one fetch bucket): the kept consumer takes the failed read
+    beyond = [OffsetRange(topic, 0, 10_000, 10_100)]  # beyond the log: the read raises
     with pytest.raises(DataLossError):
         list(read_ranges(conf, beyond, stall_timeout_s=10))
-    list(read_ranges(conf, [OffsetRange(topic, 0, 0, 10)], stall_timeout_s=10))
+    assert POOL.created == created + 1
+    list(read_ranges(conf, [OffsetRange(topic, 0, 0, 100)], stall_timeout_s=10))
     assert POOL.created == created + 2  # the failed read's consumer was not reused
     POOL.close()

@@ -289,12 +289,14 @@ class KafkaMetadata:
         self, tps: list[TopicPartition], spec: OffsetSpec, none_found_ok: bool
     ) -> dict[TopicPartition, int]:
         request = {KTopicPartition(tp.topic, tp.partition): spec for tp in tps}
+        topics = sorted({tp.topic for tp in tps})  # named when the broker no longer knows one
         try:
             futures = self._admin.list_offsets(
                 request, isolation_level=self._isolation, request_timeout=self._timeout
             )
             out = {}
             for ktp, fut in futures.items():
+                topics = [ktp.topic]
                 info = fut.result(timeout=self._timeout)
                 offset = int(info.offset)
                 # A broker going down mid-request can answer without an error but with
@@ -308,8 +310,11 @@ class KafkaMetadata:
                 out[TopicPartition(ktp.topic, ktp.partition)] = offset
             return out
         except KafkaException as e:
-            if _unknown_topic(e):
-                raise PartitionStateError(f"listing offsets failed: {_kerr(e)}") from None
+            if _unknown_topic(e):  # deleted since it was looked up (a re-creation under way)
+                raise PartitionStateError(
+                    f"topic {', '.join(map(repr, topics))} does not exist on "
+                    f"{self.bootstrap_servers} (listing offsets: {_kerr(e)})"
+                ) from None
             raise BrokerUnavailableError(
                 f"cannot list offsets on {self.bootstrap_servers}: {_kerr(e)}"
             ) from None

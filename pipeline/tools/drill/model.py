@@ -132,6 +132,9 @@ class DrillResult:
     notes: list[str] = field(default_factory=list)
     events: list[FaultEvent] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    # the wall clock (Unix seconds) of the events' t = 0: the drivers' own log lines map
+    # onto the drill's clock with it (scripts/restart-phases.py)
+    started_at: float = 0.0
 
     @property
     def ok(self) -> bool:

@@ -73,7 +73,9 @@ class Rig:
         workdir.mkdir(parents=True, exist_ok=True)
         self.on_status = on_status or (lambda s: None)
         self.t0 = time.monotonic()
-        self.result = DrillResult(scenario=spec.label, table_format=spec.table_format)
+        self.result = DrillResult(
+            scenario=spec.label, table_format=spec.table_format, started_at=time.time()
+        )
         self.cluster: StandaloneCluster | None = None
         self.s3: S3Server | None = None
         self.registry: SchemaRegistryServer | None = None

@@ -50,6 +50,7 @@ def drill(tmp_path: Path) -> tuple[DrillResult, Path]:
             ours(12.1, "INFO pipeline.commit.coordinator: pipeline p: writer epoch 4 acquired"),
             sparks(15.0, "INFO SharedState: Warehouse path is 'file:/w'."),
             sparks(17.0, "INFO MicroBatchExecution: Starting ingest-p [id = a, runId = b]."),
+            sparks(17.5, "INFO MicroBatchExecution: Resuming at batch 4 with committed offsets"),
             sparks(18.0, "INFO MicroBatchExecution: Committed offsets for batch 4. Metadata"),
             ours(19.5, committed.format(4)),
             ours(39.9, committed.format(9)),  # before the next fault: not the standby's
@@ -67,20 +68,25 @@ def drill(tmp_path: Path) -> tuple[DrillResult, Path]:
             ours(40.05, "INFO pipeline.standby.replica: took over the lease (generation 4)"),
             ours(40.15, "INFO pipeline.commit.coordinator: pipeline p: writer epoch 5 acquired"),
             sparks(40.25, "INFO MicroBatchExecution: Starting ingest-p [id = a, runId = d]."),
-            sparks(41.0, "INFO MicroBatchExecution: Committed offsets for batch 10. Metadata"),
-            ours(41.3, committed.format(10)),
+            # batch 10 was the killed driver's: Spark runs it again, the driver recommits it
+            sparks(40.8, "INFO MicroBatchExecution: Resuming at batch 10 with committed offsets"),
+            ours(
+                41.3, "INFO pipeline.formats.iceberg.catalog_table: commit of batch 10 (a): 2 files"
+            ),
+            sparks(41.5, "INFO MicroBatchExecution: Committed offsets for batch 11. Metadata"),
+            ours(41.9, committed.format(11)),
         ],
     )
     events = [
         FaultEvent(0.0, "start", "driver 0"),
-        FaultEvent(10.0, "kill-solo", "SIGKILL driver 0, no standby"),
+        FaultEvent(10.2, "kill-solo", "SIGKILL driver 0, no standby"),  # stamped after it
         FaultEvent(10.05, "start", "driver 1"),
         FaultEvent(20.0, "recovered", "10.0s"),
         FaultEvent(25.0, "start", "driver 2"),
         FaultEvent(40.0, "kill-active", "SIGKILL active driver 1, driver 2 warm"),
         FaultEvent(41.4, "recovered", "1.4s"),
     ]
-    result = DrillResult("soak", "iceberg", events=events, started_at=T0)
+    result = DrillResult("soak", "iceberg", events=events, recover_s=[10.0, 1.4], started_at=T0)
     return result, tmp_path
 
 
@@ -91,7 +97,7 @@ def test_a_cold_restart_is_split_at_every_milestone_of_the_new_driver(
     assert (cold.kind, cold.driver, cold.total_s) == ("kill-solo", 1, 10.0)
     assert cold.segments == {
         "launch": 0.05, "logging": 0.95, "lease": 1.0, "epoch": 0.1, "session": 2.9,
-        "query": 2.0, "plan": 1.0, "commit": 1.5, "seen": 0.5,
+        "query": 2.0, "init": 0.5, "plan": 0.5, "commit": 1.5, "seen": 0.5,
     }  # fmt: skip
 
 
@@ -100,9 +106,10 @@ def test_a_take_over_counts_only_what_the_standby_did_after_the_kill(
 ) -> None:
     _, warm = recoveries(*drill)
     assert (warm.kind, warm.driver) == ("kill-active", 2)  # driver 1's commit came before
-    # no launch, session or rehearsal: the standby had them before the kill
+    # no launch, session or rehearsal (the standby had them before the kill), no plan (a
+    # plan after the first commit is a later batch's)
     assert warm.segments == {
-        "lease": 0.05, "epoch": 0.1, "query": 0.1, "plan": 0.75, "commit": 0.3, "seen": 0.1,
+        "lease": 0.05, "epoch": 0.1, "query": 0.1, "init": 0.55, "commit": 0.5, "seen": 0.1,
     }  # fmt: skip
     assert medians(recoveries(*drill))["kill-active"]["query"] == 0.1
 

@@ -13,14 +13,17 @@ is split at the milestones of the driver that recovered, on the drill's clock
     epoch     the writer epoch acquired: both tables fenced
     session   Spark's session up (its ``SharedState`` line)
     query     Spark's ``MicroBatchExecution`` starting the pipeline's query
-    plan      the first batch's offsets written to the checkpoint: the first plan
-    commit    the driver's first ``batch N committed`` line
+    init      the query initialised: the source's planner up, the checkpoint read
+              (``Resuming at batch``, or ``Starting new streaming query``)
+    plan      a new batch's offsets written to the checkpoint (none when the first batch
+              is one the killed driver had planned: Spark runs it again)
+    commit    the first table commit of a batch (a recommit included)
     seen      the drill saw the commit in the table (its ``recovered`` event)
 
-A milestone the driver passed before the fault (a standby's session) or did not log (no
-lease with ``ha.mode: off``) is left out; each segment runs from the previous milestone
-present. Only the recovering driver's own lines count: it is the driver whose first commit
-after the fault came first.
+A milestone the driver passed before the fault (a standby's session), after its first
+commit, or not at all (no lease with ``ha.mode: off``) is left out; each segment runs from
+the previous milestone present. Only the recovering driver's own lines count: it is the
+driver whose first commit after the fault came first.
 """
 
 from __future__ import annotations
@@ -39,8 +42,12 @@ MILESTONES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("epoch", re.compile(r"writer epoch \d+ acquired")),
     ("session", re.compile(r"SharedState: Warehouse path")),
     ("query", re.compile(r"MicroBatchExecution: Starting ingest-(?!\S*-rehearsal )\S+ \[id")),
+    ("init", re.compile(r"MicroBatchExecution: (Resuming at batch|Starting new streaming query)")),
     ("plan", re.compile(r"MicroBatchExecution: Committed offsets for batch")),
-    ("commit", re.compile(r"pipeline\.runtime\.batches: batch \d+ committed")),
+    (
+        "commit",
+        re.compile(r"commit of batch \d+ \(|pipeline\.runtime\.batches: batch \d+ committed"),
+    ),
 )
 SEGMENTS = ("launch", *(name for name, _ in MILESTONES), "seen")
 _STAMPS = (  # the pipeline's lines, then Spark's (log4j2 pattern of the session)
@@ -106,13 +113,15 @@ def recoveries(result: DrillResult, workdir: Path) -> list[RecoveryPhases]:
     }
     marks = {n: _milestones(driver_lines(workdir, n), result.started_at) for n in starts}
     rows = []
-    for e in result.events:
-        if e.kind != "recovered":
-            continue
-        total = float(e.detail.rstrip("s"))
+    seen = [e for e in result.events if e.kind == "recovered"]
+    # the recoveries' own durations (2 decimals) where they line up, else the events' (1)
+    exact = len(result.recover_s) == len(seen)
+    for i, e in enumerate(seen):
+        total = result.recover_s[i] if exact else float(e.detail.rstrip("s"))
         fault_t = e.t - total
-        faults = [f for f in result.events if f.kind not in _NOT_A_FAULT and f.t <= fault_t + 0.01]
-        kind = faults[-1].kind if faults else "start"
+        # the fault event is stamped once the kill is done: the one nearest the kill
+        faults = [f for f in result.events if f.kind not in _NOT_A_FAULT]
+        kind = min(faults, key=lambda f: abs(f.t - fault_t)).kind if faults else "start"
         firsts = {
             n: min(ts for ts in m.get("commit*", []) if ts >= fault_t)
             for n, m in marks.items()
@@ -123,7 +132,7 @@ def recoveries(result: DrillResult, workdir: Path) -> list[RecoveryPhases]:
         n = min(firsts, key=lambda k: firsts[k])
         at = {"launch": starts[n]} if starts[n] >= fault_t else {}
         for name, _ in MILESTONES:
-            after = [ts for ts in marks[n].get(name + "*", []) if ts >= fault_t]
+            after = [ts for ts in marks[n].get(name + "*", []) if fault_t <= ts <= firsts[n]]
             if after:
                 at[name] = min(after)
         at["seen"] = e.t

@@ -17,6 +17,11 @@ ROOT = Path(__file__).resolve().parents[3]
 BATCH_LOG_MARK = "pipeline.batches: "
 
 
+def driver_out(workdir: Path, n: int) -> Path:
+    """Where driver ``n`` of a drill writes its stdout: its log lines."""
+    return workdir / f"driver-{n:02d}.out"
+
+
 class DriverProcess:
     """One ``ingest run`` as its own process group; output captured to files."""
 
@@ -29,7 +34,7 @@ class DriverProcess:
         sets: Sequence[str] = (),
     ) -> None:
         self.n, self.fault = n, fault
-        self.out_path = workdir / f"driver-{n:02d}.out"
+        self.out_path = driver_out(workdir, n)
         self.err_path = workdir / f"driver-{n:02d}.err"
         # Spark's own log at ERROR unless the drill was asked for more (a breakdown)
         level = os.environ.get("INGEST_SPARK_LOG_LEVEL", "ERROR")

@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from pipeline.tools.drill.driver import driver_out
 from pipeline.tools.drill.model import DrillResult
 
+_LOG_FILE = re.compile(r"INFO pipeline: log file: (\S+)")  # the command's first line
 MILESTONES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("logging", re.compile(r"INFO pipeline: log file: ")),
+    ("logging", _LOG_FILE),
     ("lease", re.compile(r"took (over )?the lease")),
     ("epoch", re.compile(r"writer epoch \d+ acquired")),
     ("session", re.compile(r"SharedState: Warehouse path")),
@@ -54,7 +56,6 @@ _STAMPS = (  # the pipeline's lines, then Spark's (log4j2 pattern of the session
     (re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "), "%Y-%m-%d %H:%M:%S,%f"),
     (re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}) "), "%y/%m/%d %H:%M:%S.%f"),
 )
-_LOG_FILE = re.compile(r"INFO pipeline: log file: (\S+)")
 _NOT_A_FAULT = ("start", "stop", "recovered", "drain")
 
 
@@ -69,17 +70,12 @@ def stamp(line: str) -> float | None:
 
 def driver_lines(workdir: Path, n: int) -> list[tuple[float, str]]:
     """Driver ``n``'s stamped log lines, its own and Spark's, in time order."""
-    out = workdir / f"driver-{n:02d}.out"
-    text = out.read_text(errors="replace") if out.exists() else ""
-    files, lines = [text], []
-    m = _LOG_FILE.search(text)
-    if m and Path(m.group(1)).exists():  # the full log repeats the .out lines: dropped
-        files = [Path(m.group(1)).read_text(errors="replace")]
-    for body in files:
-        for line in body.splitlines():
-            t = stamp(line)
-            if t is not None:
-                lines.append((t, line))
+    out = driver_out(workdir, n)
+    body = out.read_text(errors="replace") if out.exists() else ""
+    m = _LOG_FILE.search(body)
+    if m and Path(m.group(1)).exists():  # the full log repeats the .out lines: read alone
+        body = Path(m.group(1)).read_text(errors="replace")
+    lines = [(t, line) for line in body.splitlines() if (t := stamp(line)) is not None]
     return sorted(lines, key=lambda x: x[0])
 
 
@@ -112,6 +108,8 @@ def recoveries(result: DrillResult, workdir: Path) -> list[RecoveryPhases]:
         if e.kind == "start" and e.detail.startswith("driver ")
     }
     marks = {n: _milestones(driver_lines(workdir, n), result.started_at) for n in starts}
+    # the fault events are stamped once the kill is done: a recovery's is the nearest
+    faults = [f for f in result.events if f.kind not in _NOT_A_FAULT]
     rows = []
     seen = [e for e in result.events if e.kind == "recovered"]
     # the recoveries' own durations (2 decimals) where they line up, else the events' (1)
@@ -119,20 +117,18 @@ def recoveries(result: DrillResult, workdir: Path) -> list[RecoveryPhases]:
     for i, e in enumerate(seen):
         total = result.recover_s[i] if exact else float(e.detail.rstrip("s"))
         fault_t = e.t - total
-        # the fault event is stamped once the kill is done: the one nearest the kill
-        faults = [f for f in result.events if f.kind not in _NOT_A_FAULT]
         kind = min(faults, key=lambda f: abs(f.t - fault_t)).kind if faults else "start"
         firsts = {
-            n: min(ts for ts in m.get("commit*", []) if ts >= fault_t)
+            n: min(after)
             for n, m in marks.items()
-            if any(ts >= fault_t for ts in m.get("commit*", []))
+            if (after := [ts for ts in m.get("commit", []) if ts >= fault_t])
         }
         if not firsts:
             continue
         n = min(firsts, key=lambda k: firsts[k])
         at = {"launch": starts[n]} if starts[n] >= fault_t else {}
         for name, _ in MILESTONES:
-            after = [ts for ts in marks[n].get(name + "*", []) if fault_t <= ts <= firsts[n]]
+            after = [ts for ts in marks[n].get(name, []) if fault_t <= ts <= firsts[n]]
             if after:
                 at[name] = min(after)
         at["seen"] = e.t
@@ -142,12 +138,12 @@ def recoveries(result: DrillResult, workdir: Path) -> list[RecoveryPhases]:
 
 
 def _milestones(lines: list[tuple[float, str]], started_at: float) -> dict[str, list[float]]:
-    """Every time (drill clock) each milestone's line appears: ``name*``."""
+    """Every time (drill clock) each milestone's line appears, by milestone."""
     found: dict[str, list[float]] = {}
     for t, line in lines:
         for name, pattern in MILESTONES:
             if pattern.search(line):
-                found.setdefault(name + "*", []).append(t - started_at)
+                found.setdefault(name, []).append(t - started_at)
     return found
 
 

@@ -21,8 +21,9 @@ Invariants
     owner look dead; only an owner that stopped renewing (dead, paused, partitioned) can.
   * A released lease, or none at all, is free at once. So is a generation whose owner
     is known to be gone (``holder_gone``: its liveness connection closed and its port
-    refuses connections -- the kernel closes a killed process's sockets at once); a
-    wrong "gone" costs a needless take-over, never correctness.
+    refuses connections -- the kernel closes a killed process's sockets at once -- or, on
+    its own host, its process no longer exists); a wrong "gone" costs a needless
+    take-over, never correctness.
   * The owner of generation g steps down (``LeaseLostError``) when it sees any entry of
     a higher generation, or when it has not renewed successfully for ``lease_s`` (a
     standby may be taking over; it cannot prove otherwise).
@@ -34,7 +35,7 @@ import contextlib
 import enum
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,9 +101,10 @@ class LeaseStore:
         marks = self.marks()
         return marks[-1] if marks else None
 
-    def put(self, mark: LeaseMark, owner: str, endpoint: str | None = None) -> bool:
-        """Create ``mark``; False when it exists already (another replica's)."""
-        payload = {"owner": owner} if endpoint is None else {"owner": owner, "endpoint": endpoint}
+    def put(self, mark: LeaseMark, owner: str, facts: Mapping[str, Any] | None = None) -> bool:
+        """Create ``mark`` (``facts``: what a claim publishes besides its owner); False when
+        it exists already (another replica's)."""
+        payload = {"owner": owner, **(facts or {})}
         try:
             self.store.create(mark.name, encode_entry(payload))
         except AlreadyExists:
@@ -110,8 +112,8 @@ class LeaseStore:
         return True
 
     def claim(self, generation: int) -> dict[str, Any]:
-        """What the owner of ``generation`` wrote in its claim (``owner``, ``endpoint``);
-        empty when it is gone or unreadable (the lease's expiry still decides)."""
+        """What the owner of ``generation`` wrote in its claim (``owner``, ``endpoint``,
+        ``process``); empty when it is gone or unreadable (the lease's expiry still decides)."""
         name = LeaseMark(generation, MarkKind.CLAIM).name
         try:
             data = self.store.read(name)
@@ -195,10 +197,15 @@ class Lease:
         clock: Callable[[], float],
         patient: bool = False,
         endpoint: str | None = None,
+        process: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = LeaseStore(store)
         self.owner = owner
-        self.endpoint = endpoint  # published in this replica's claims
+        # published in this replica's claims: the liveness port's address and the process
+        # identity (``pipeline.standby``) by which others can tell that it is gone
+        self.facts = {
+            k: v for k, v in (("endpoint", endpoint), ("process", process)) if v is not None
+        }
         self.lease_s = lease_s
         self.renew_s = renew_s
         self.clock = clock
@@ -232,7 +239,7 @@ class Lease:
     def _claim_after(self, latest: LeaseMark | None) -> bool:
         """Claim the generation after ``latest``'s; True when this replica got it."""
         generation = (latest.generation if latest else 0) + 1
-        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner, self.endpoint):
+        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner, self.facts):
             log.info("lease generation %d was claimed by another replica", generation)
             return False
         self.role, self.generation, self._seq = Role.ACTIVE, generation, 0

@@ -10,7 +10,9 @@
 A replica that stands by is warm: Spark session, Python workers, a rehearsal of the
 query and the table are up before it waits, so a take-over starts no process. It takes
 over when the holder's liveness connection closes and its port refuses (a killed active,
-``liveness.py``: milliseconds) or when the lease expires (a paused or partitioned one).
+``liveness.py``: milliseconds), when the holder ran on this host and its process is no
+more (a restart after a crash, ``process.py``), or when the lease expires (a paused or
+partitioned one).
 The lease only decides which replica tries to write; the writer epoch the query takes on
 start (``coordinator.acquire_epoch``) still fences the replica it replaces. The lease
 logic is ``pipeline/commit/lease.py``.
@@ -28,6 +30,7 @@ from pipeline.commit.journal import JournalStore
 from pipeline.commit.lease import HaStatus, Lease, MarkKind, Role
 from pipeline.config import HaConfig
 from pipeline.standby.liveness import HolderLink, LivenessBeacon
+from pipeline.standby.process import ProcessIdentity
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +54,10 @@ class Standby:
             clock=time.monotonic,
             patient=cfg.mode == "standby",
             endpoint=self.beacon.address,
+            process=me.to_claim() if (me := ProcessIdentity.current()) else None,
         )
         self.link = HolderLink()
+        self.holder_process: ProcessIdentity | None = None  # the followed claim's
         self.warm = False
         self.takeovers = 0
         self.keep_warm_s = KEEP_WARM_S
@@ -97,7 +102,8 @@ class Standby:
     def _outwait_a_dead_holder(self, stopping: Callable[[], bool]) -> bool:
         """Watch the lease for one lease period before warming up. A restart after a crash
         finds its predecessor's lease unexpired, and a refused liveness port proves nothing
-        to a newcomer (``liveness.py``); warming up as a standby first cost the restart a
+        to a newcomer (``liveness.py``; a predecessor on this host is seen gone at once,
+        ``process.py``); warming up as a standby first cost the restart a
         query rehearsal (cold restarts 26-28 s median in the soak). A live holder costs a
         real standby only this wait before it warms up."""
         deadline = time.monotonic() + self.cfg.lease_seconds + self.cfg.renew_seconds
@@ -114,12 +120,18 @@ class Standby:
         latest = self.lease.peek()
         holder = latest.generation if latest and latest.kind is not MarkKind.RELEASED else None
         if holder is not None and holder != self.link.generation:
-            self.link.follow(holder, self.lease.store.endpoint(holder))
+            claim = self.lease.store.claim(holder)
+            endpoint = claim.get("endpoint")
+            self.link.follow(holder, endpoint if isinstance(endpoint, str) else None)
+            self.holder_process = ProcessIdentity.from_claim(claim.get("process"))
         elif holder is None:
             self.link.follow(None, None)
+            self.holder_process = None
         if self.link.linked and wait_s > 0:
             wait_s = max(wait_s, self.cfg.renew_seconds)
-        gone = self.link.gone(wait_s)
+        # a holder on this host whose process is no more is gone without waiting
+        dead = holder is not None and self.holder_process is not None and self.holder_process.gone()
+        gone = dead or self.link.gone(wait_s)
         if not self.lease.try_acquire(holder_gone=gone, latest=latest):
             return False
         self.link.close()

@@ -359,3 +359,79 @@ def test_a_restart_after_a_crash_takes_the_lease_without_warming_up_as_a_standby
     assert warmed == [] and not restart.warm
     assert time.monotonic() - t0 < 2.5  # one lease period, and a poll or two
     restart.release()
+
+
+def test_a_restart_on_the_holders_host_takes_a_killed_holders_lease_at_once(
+    store: JournalStore,
+) -> None:
+    """A holder SIGKILLed on this host (same boot, same process namespace) is provably
+    gone: its process is no more. The replica started after it takes the lease at once
+    instead of waiting out ``ha.leaseSeconds``; while the holder lives it does not."""
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.config import HaConfig
+    from pipeline.standby import Standby
+
+    ha = HaConfig(mode="auto", lease_seconds=20.0, renew_seconds=5.0)
+    code = (
+        "import sys, time; from pipeline.config import HaConfig; "
+        "from pipeline.standby import Standby; "
+        "from pipeline.storage.local import LocalJournalStore; "
+        "s = Standby(HaConfig(mode='auto', lease_seconds=20.0, renew_seconds=5.0), "
+        "LocalJournalStore(sys.argv[1]), '127.0.0.1'); "
+        "assert s.acquire(lambda: None, lambda: False); print('held', flush=True); "
+        "time.sleep(120)"
+    )
+    assert isinstance(store, LocalJournalStore)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, store.root], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        live = Standby(ha, store, "127.0.0.1")
+        until = time.monotonic() + 1.0
+        assert not live.acquire(lambda: None, lambda: time.monotonic() > until)
+        live.release()
+        holder.kill()
+        holder.wait()
+        restart = Standby(ha, store, "127.0.0.1")
+        t0 = time.monotonic()
+        assert restart.acquire(lambda: None, lambda: time.monotonic() - t0 > 15)
+        assert time.monotonic() - t0 < 1.0  # not the 20 s lease
+        assert restart.lease.generation == 2
+        restart.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_process_identity_proves_death_only_on_its_own_host() -> None:
+    """Gone means: same boot and process namespace, and the pid is absent, reused (another
+    start time) or a zombie. Another host's or container's identity proves nothing."""
+    import dataclasses
+    import os
+    import subprocess
+    import sys
+
+    from pipeline.standby.process import ProcessIdentity
+
+    me = ProcessIdentity.current()
+    assert me is not None and not me.gone()
+    assert ProcessIdentity.from_claim(me.to_claim()) == me
+    assert ProcessIdentity.from_claim(None) is None
+    assert ProcessIdentity.from_claim({"pid": "x"}) is None  # unreadable: proves nothing
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    them = ProcessIdentity.of(child.pid)
+    assert them is not None and not them.gone()
+    child.kill()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped
+    assert them.gone()  # a zombie until reaped: its sockets and lease are dead already
+    child.wait()
+    assert them.gone()
+    assert dataclasses.replace(me, start=me.start + 1).gone()  # the pid now names another
+    elsewhere = dataclasses.replace(them, boot="another-boot")
+    assert not elsewhere.gone()
+    container = dataclasses.replace(them, pid_namespace="pid:[1]")
+    assert not container.gone()

@@ -32,9 +32,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -59,8 +58,10 @@ from pipeline.commit.offsets import (
     topic_ids_in,
 )
 from pipeline.errors import ConfigError
-from pipeline.source.options import SOURCE_NAME, SourceOptions
-from pipeline.source.reader import SPARK_DDL, SPARK_DDL_HEADERS, read_ranges
+from pipeline.source.options import SOURCE_NAME, SPARK_DDL, SPARK_DDL_HEADERS, SourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class RangePartition(InputPartition):
@@ -228,6 +229,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- reading (task workers) -----------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # imported here: the processes that only create or plan the source (one each at a
+        # query's start, each importing it anew) need neither pyarrow nor the reader
+        from pipeline.source.reader import read_ranges
+
         assert isinstance(partition, RangePartition)
         yield from read_ranges(
             self.options.consumer_conf(),

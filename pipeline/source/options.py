@@ -15,6 +15,13 @@ from pipeline.commit.offsets import TopicPartition
 from pipeline.durations import spark_duration_seconds
 from pipeline.errors import ConfigError
 
+# the rows the source gives Spark (``record_schema`` in reader.py is their Arrow form)
+SPARK_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, timestampType INT"
+)
+SPARK_DDL_HEADERS = SPARK_DDL + ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
 SOURCE_NAME = "ingest_kafka"  # the format name the Python reader registers
 KNOWN = {
     "assign",

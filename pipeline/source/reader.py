@@ -83,13 +83,6 @@ def _binary(payloads: Payloads) -> pa.Array:
     return pa.array(payloads, pa.binary())
 
 
-SPARK_DDL = (
-    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, timestampType INT"
-)
-SPARK_DDL_HEADERS = SPARK_DDL + ", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-
-
 class _Columns:
     """Column builders for one Arrow batch (plain lists: the fastest path from
     confluent-kafka's Message objects: ~790k msg/s including Parquet, measured on a 2-core host)."""
@@ -297,8 +290,6 @@ def _handle_error(
 
 __all__ = [
     "OFFSET_END",
-    "SPARK_DDL",
-    "SPARK_DDL_HEADERS",
     "read_ranges",
     "record_schema",
     "records_at",

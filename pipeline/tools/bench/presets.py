@@ -186,6 +186,4 @@ FIXED_COST = replace(
     ),
 )
 
-PRESETS = {
-    p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS, HUDI_WRITERS_1K, FIXED_COST)
-}
+PRESETS = {p.name: p for p in (QUICK, FULL, READERS, HUDI_WRITERS, HUDI_WRITERS_1K, FIXED_COST)}

@@ -7,7 +7,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pipeline.spark.worker_daemon import DAEMON_KEY, TASK_MODULES, daemon_conf
+from pipeline.spark.worker_daemon import (
+    DAEMON_KEY,
+    FORMAT_ENV,
+    TASK_MODULES,
+    daemon_conf,
+    task_modules,
+)
 
 
 def test_the_daemon_follows_the_master_the_session_runs_on() -> None:
@@ -24,6 +30,20 @@ def test_the_daemon_follows_the_master_the_session_runs_on() -> None:
     # a daemon named by the config or by spark-submit wins
     assert daemon_conf({"spark.master": "local", DAEMON_KEY: "pyspark.daemon"}, {}) == {}
     assert daemon_conf({"spark.master": "local"}, {DAEMON_KEY: "pyspark.daemon"}) == {}
+
+
+def test_the_daemon_imports_only_the_writer_of_the_runs_table_format() -> None:
+    """Its imports delay every Python process of a query's start (Spark starts them one
+    at a time): a run of one format does not import the other's writer."""
+    iceberg = task_modules({FORMAT_ENV: "iceberg"})
+    hudi = task_modules({FORMAT_ENV: "hudi"})
+    assert "pipeline.formats.iceberg.writer" in iceberg
+    assert "pipeline.formats.hudi.writer" not in iceberg
+    assert "pipeline.formats.hudi.writer" in hudi
+    assert "pipeline.formats.iceberg.writer" not in hudi
+    assert "pipeline.source.reader" in iceberg and "pipeline.source.reader" in hudi
+    for unsure in ({}, {FORMAT_ENV: "both"}, {FORMAT_ENV: "parquet"}):
+        assert task_modules(unsure) == TASK_MODULES
 
 
 # what a task's plan unpickles besides the task path: the formats' file writers (the

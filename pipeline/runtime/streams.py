@@ -3,6 +3,7 @@ the pipeline's query and a warm standby's rehearsal of it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,10 @@ class SparkHandle:
     def get(self) -> Any:
         if self._spark is None:
             from pipeline.spark.session import build_spark
+            from pipeline.spark.worker_daemon import FORMAT_ENV
 
+            # a JVM started here passes it on to the local worker daemon (its imports)
+            os.environ.setdefault(FORMAT_ENV, self.cfg.sink.format)
             s = self.cfg.spark
             jars, conf = self._needs() if self._needs is not None else ([], {})
             self._spark = build_spark(

@@ -233,7 +233,10 @@ def warm_up_in_background(spark: Any, *, rdd: bool, sql: bool) -> threading.Thre
     """:func:`warm_up` on a thread of its own, for a run with no standby (which warmed up
     while it waited): the first batch's tasks would otherwise wait for the worker daemon to
     import the task path (~1.2 CPU-s before its first fork) and pay the workers' first
-    task; here that overlaps Spark's start of the query and its first plan. A failure is
+    task; here the workers' first tasks overlap Spark's start of the query. The daemon's
+    own start does not: Spark starts Python processes one at a time
+    (``SparkEnv.createPythonWorker`` is synchronized), so the query's data source processes
+    wait for it (docs/bench.md, "Start-up, take-over and the cost of a batch"). A failure is
     only logged: the batch starts the workers itself then, and reports its own errors."""
 
     def run() -> None:

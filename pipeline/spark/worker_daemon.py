@@ -30,14 +30,26 @@ from importlib.machinery import PathFinder
 
 #: what a task imports (the decode, the Kafka reader and the staged-file writer) and what
 #: its plan unpickles: the formats' file writers (Iceberg's imports pyiceberg's pyarrow I/O,
-#: ~0.4 s; a worker forked without it paid that in its first task, a take-over's too)
-TASK_MODULES = (
-    "pipeline.decode.arrow",
-    "pipeline.source.reader",
-    "pipeline.spark.writer",
-    "pipeline.formats.iceberg.writer",
-    "pipeline.formats.hudi.writer",
-)
+#: ~0.7 s; a worker forked without it paid that in its first task, a take-over's too)
+COMMON_TASK_MODULES = ("pipeline.decode.arrow", "pipeline.source.reader", "pipeline.spark.writer")
+FORMAT_WRITERS = {
+    "iceberg": ("pipeline.formats.iceberg.writer",),
+    "hudi": ("pipeline.formats.hudi.writer",),
+}
+TASK_MODULES = (*COMMON_TASK_MODULES, *(m for ms in FORMAT_WRITERS.values() for m in ms))
+
+#: the table format of the run whose driver started the JVM (set before it starts, so a
+#: local daemon inherits it): only that format's writer is imported. The daemon's start
+#: holds Spark's lock on starting Python processes (``SparkEnv.createPythonWorker`` is
+#: synchronized), so the query's own Python processes wait for every import made here.
+FORMAT_ENV = "INGEST_TABLE_FORMAT"
+
+
+def task_modules(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """What :func:`preload` imports under ``environ``: all writers unless it names one
+    format (``both``, none or another: all)."""
+    writers = FORMAT_WRITERS.get(environ.get(FORMAT_ENV, ""))
+    return TASK_MODULES if writers is None else (*COMMON_TASK_MODULES, *writers)
 
 
 DAEMON_KEY = "spark.python.daemon.module"
@@ -78,7 +90,7 @@ def use_installed_pyspark() -> list[str]:
 def preload() -> None:
     import importlib
 
-    for name in TASK_MODULES:
+    for name in task_modules(os.environ):
         importlib.import_module(name)
 
 

@@ -201,8 +201,9 @@ class Lease:
     ) -> None:
         self.store = LeaseStore(store)
         self.owner = owner
-        # published in this replica's claims: the liveness port's address and the process
-        # identity (``pipeline.standby``) by which others can tell that it is gone
+        self.endpoint = endpoint  # the liveness port's address
+        # published in this replica's claims: that address and the process identity
+        # (``pipeline.standby``) by which others can tell that it is gone
         self.facts = {
             k: v for k, v in (("endpoint", endpoint), ("process", process)) if v is not None
         }

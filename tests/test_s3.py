@@ -193,7 +193,7 @@ def test_standby_lease_on_s3_racing_standbys_one_wins(s3_server: S3Server, bucke
     for _ in range(4):
         won[0].renew()
     assert len(store.list("ha")) <= 4  # claims of both generations may stay, beats trimmed
-    assert won[0].store.endpoint(2) == won[0].endpoint
+    assert won[0].store.claim(2) == won[0].published
 
 
 def test_read_list_delete(s3_server: S3Server, bucket: str) -> None:

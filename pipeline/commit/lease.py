@@ -88,6 +88,33 @@ class LeaseMark:
         return cls(g, MarkKind.BEAT, int(m.group(3)))
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What a replica publishes in its entries: its name and, in its claim, the address of
+    its liveness port and its process identity (``pipeline.standby.process``), by which
+    others can tell that it is gone. Anything malformed in a read entry reads as absent
+    (it proves nothing; the lease's expiry still decides)."""
+
+    owner: str | None = None
+    endpoint: str | None = None  # ``host:port``
+    process: Mapping[str, Any] | None = None
+
+    def entry(self, *, facts: bool = True) -> dict[str, Any]:
+        """The entry's payload: the owner, and with ``facts`` what else is known."""
+        fields: dict[str, Any] = {"owner": self.owner}
+        if facts:
+            fields |= {"endpoint": self.endpoint, "process": self.process}
+        return {k: v for k, v in fields.items() if v is not None}
+
+    @classmethod
+    def read(cls, payload: Mapping[str, Any]) -> Claim:
+        def typed(key: str, kind: type) -> Any:
+            value = payload.get(key)
+            return value if isinstance(value, kind) else None
+
+        return cls(typed("owner", str), typed("endpoint", str), typed("process", Mapping))
+
+
 class LeaseStore:
     """Lease entries in a journal store."""
 
@@ -101,30 +128,25 @@ class LeaseStore:
         marks = self.marks()
         return marks[-1] if marks else None
 
-    def put(self, mark: LeaseMark, owner: str, facts: Mapping[str, Any] | None = None) -> bool:
-        """Create ``mark`` (``facts``: what a claim publishes besides its owner); False when
-        it exists already (another replica's)."""
-        payload = {"owner": owner, **(facts or {})}
+    def put(self, mark: LeaseMark, payload: Mapping[str, Any]) -> bool:
+        """Create ``mark`` with ``payload`` (``Claim.entry``); False when it exists already
+        (another replica's)."""
         try:
-            self.store.create(mark.name, encode_entry(payload))
+            self.store.create(mark.name, encode_entry(dict(payload)))
         except AlreadyExists:
             return False
         return True
 
-    def claim(self, generation: int) -> dict[str, Any]:
-        """What the owner of ``generation`` wrote in its claim (``owner``, ``endpoint``,
-        ``process``); empty when it is gone or unreadable (the lease's expiry still decides)."""
+    def claim(self, generation: int) -> Claim:
+        """What the owner of ``generation`` published in its claim; empty when the claim
+        is gone or unreadable (the lease's expiry still decides)."""
         name = LeaseMark(generation, MarkKind.CLAIM).name
         try:
             data = self.store.read(name)
-            return decode_entry(name, data) if data else {}
+            payload = decode_entry(name, data) if data else {}
         except Exception:
-            return {}
-
-    def endpoint(self, generation: int) -> str | None:
-        """The liveness address (``host:port``) the owner of ``generation`` published."""
-        value = self.claim(generation).get("endpoint")
-        return value if isinstance(value, str) else None
+            return Claim()
+        return Claim.read(payload) if isinstance(payload, Mapping) else Claim()
 
     def trim(self, older: list[LeaseMark], generation: int) -> None:
         """Delete all but the newest of ``older`` (sorted entries listed before the one
@@ -200,13 +222,7 @@ class Lease:
         process: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = LeaseStore(store)
-        self.owner = owner
-        self.endpoint = endpoint  # the liveness port's address
-        # published in this replica's claims: that address and the process identity
-        # (``pipeline.standby``) by which others can tell that it is gone
-        self.facts = {
-            k: v for k, v in (("endpoint", endpoint), ("process", process)) if v is not None
-        }
+        self.published = Claim(owner, endpoint, process)
         self.lease_s = lease_s
         self.renew_s = renew_s
         self.clock = clock
@@ -240,7 +256,7 @@ class Lease:
     def _claim_after(self, latest: LeaseMark | None) -> bool:
         """Claim the generation after ``latest``'s; True when this replica got it."""
         generation = (latest.generation if latest else 0) + 1
-        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.owner, self.facts):
+        if not self.store.put(LeaseMark(generation, MarkKind.CLAIM), self.published.entry()):
             log.info("lease generation %d was claimed by another replica", generation)
             return False
         self.role, self.generation, self._seq = Role.ACTIVE, generation, 0
@@ -257,7 +273,7 @@ class Lease:
             if marks and marks[-1].generation > self.generation:
                 self._lose(f"replica generation {marks[-1].generation} took over")
             beat = LeaseMark(self.generation, MarkKind.BEAT, self._seq)
-            if not self.store.put(beat, self.owner):
+            if not self.store.put(beat, self.published.entry(facts=False)):
                 self._lose(f"lease entry {beat.name} exists already")
             self._seq += 1
             self._renewed_at = self.clock()
@@ -284,7 +300,9 @@ class Lease:
         """Clean stop: hand over at once instead of after ``lease_s``."""
         if self.role is Role.ACTIVE:
             with contextlib.suppress(Exception):
-                self.store.put(LeaseMark(self.generation, MarkKind.RELEASED), self.owner)
+                self.store.put(
+                    LeaseMark(self.generation, MarkKind.RELEASED), self.published.entry(facts=False)
+                )
         self.role = Role.STOPPED
 
     def _lose(self, why: str) -> None:

@@ -31,7 +31,11 @@ def _read(path: str) -> str | None:
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) of ``pid``; None when there is none."""
+    """(state, start time in clock ticks since boot) of ``pid``; None when there is none.
+
+    Not psutil: its public ``create_time()`` adds the boot time as the wall clock tells it,
+    which moves when the clock is adjusted, so another process could later see a live
+    holder's start time change. The ticks since boot never do."""
     text = _read(f"/proc/{pid}/stat")
     if text is None:
         return None

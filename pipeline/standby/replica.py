@@ -121,9 +121,8 @@ class Standby:
         holder = latest.generation if latest and latest.kind is not MarkKind.RELEASED else None
         if holder is not None and holder != self.link.generation:
             claim = self.lease.store.claim(holder)
-            endpoint = claim.get("endpoint")
-            self.link.follow(holder, endpoint if isinstance(endpoint, str) else None)
-            self.holder_process = ProcessIdentity.from_claim(claim.get("process"))
+            self.link.follow(holder, claim.endpoint)
+            self.holder_process = ProcessIdentity.from_claim(claim.process)
         elif holder is None:
             self.link.follow(None, None)
             self.holder_process = None

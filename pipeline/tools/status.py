@@ -341,8 +341,8 @@ def _lease_line(store: Any) -> str:
     if latest is None:
         return "none (ha.mode off, or no replica took it yet)"
     claim = lease.claim(latest.generation)
-    who = claim.get("owner", "?")
+    who = claim.owner or "?"
     if latest.kind is MarkKind.RELEASED:
         return f"generation {latest.generation} released by {who} (free)"
-    link = f", liveness port {claim['endpoint']}" if claim.get("endpoint") else ""
+    link = f", liveness port {claim.endpoint}" if claim.endpoint else ""
     return f"generation {latest.generation} held by {who}{link}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.commit.journal import JournalStore
-from pipeline.commit.lease import Lease, LeaseMark, MarkKind, Role
+from pipeline.commit.lease import Claim, Lease, LeaseMark, MarkKind, Role
 from pipeline.errors import ConfigError, FencedError, LeaseLostError
 from pipeline.storage.local import LocalJournalStore
 
@@ -234,7 +234,7 @@ def test_a_gone_holder_is_replaced_at_once_and_its_endpoint_is_published(
         clock.advance(1.0)
         a.renew()
     assert len(store.list("ha")) <= 3
-    assert a.store.endpoint(1) == "10.0.0.7:4050" and a.store.endpoint(2) is None
+    assert a.store.claim(1).endpoint == "10.0.0.7:4050" and a.store.claim(2) == Claim()
     standbys = [_replica(store, f"s{i}", clock) for i in range(3)]
     latest = standbys[0].peek()
     assert latest == LeaseMark(1, MarkKind.BEAT, 3)

@@ -43,6 +43,7 @@ class SparkHandle:
                 s.master,
                 {**conf, **s.conf},
                 jars=[*self.reader.jars(), *jars],
+                suggested=self.reader.session_defaults(),
                 class_archive=s.class_archive,
                 driver_jit=s.driver_jit,
             )

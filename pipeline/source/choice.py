@@ -58,6 +58,10 @@ class SourceReader(Protocol):
         """Jars the session needs on its class path."""
         ...
 
+    def session_defaults(self) -> dict[str, str]:
+        """Spark settings the reader suggests (spark-submit's and ``spark.conf`` win)."""
+        ...
+
     def register(self, spark: Any) -> None:
         """Make the format known to ``spark``."""
         ...

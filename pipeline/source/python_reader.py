@@ -23,6 +23,9 @@ class PythonKafkaReader:
     def jars(self) -> list[str]:
         return []
 
+    def session_defaults(self) -> dict[str, str]:
+        return {}
+
     def register(self, spark: Any) -> None:
         """Once per session (pipelines of one process share it)."""
         if id(spark) in _REGISTERED:

@@ -52,27 +52,17 @@ def check_java() -> str:
     return text.splitlines()[0] if text else str(major)
 
 
-def build_spark(
+def session_options(
     app_name: str,
     master: str | None,
-    conf: Mapping[str, str] | None = None,
+    conf: Mapping[str, str],
     *,
-    jars: Sequence[str] = (),
-    class_archive: bool = True,
-    driver_jit: Literal["c1", "tiered"] = "c1",
-) -> SparkSession:
-    """pyspark is imported here, not at module level, so `ingest --help` stays fast.
-    ``jars``: added to ``spark.jars`` (the source reader's); under spark-submit they must
-    be on its command line (``--jars``: scripts/spark-submit.sh), the JVM being up."""
-    check_java()
-    # Executors' Python must be the driver's (same venv, same packages).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if (master or "local").startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no interface guessing
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
+    given: Mapping[str, str],
+    suggested: Mapping[str, str],
+) -> dict[str, str]:
+    """The session's settings: ours and ``suggested`` (the source reader's) fill the gaps
+    of ``given`` (a spark-submit JVM's conf); ``master`` and ``conf`` (the pipeline
+    config's) win over both."""
     options = {"spark.app.name": app_name}
     log4j = os.path.join(
         os.path.dirname(os.path.dirname(__file__)), "resources", "log4j2.properties"
@@ -85,6 +75,7 @@ def build_spark(
         "spark.sql.session.timeZone": "UTC",
         "spark.python.worker.reuse": "true",
         "spark.sql.streaming.stopActiveRunOnRestart": "true",
+        **suggested,
     }
     if os.path.isfile(log4j):  # not when the package runs from a --py-files zip
         java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"
@@ -96,12 +87,38 @@ def build_spark(
         defaults["spark.master"] = os.environ.get("INGEST_DEFAULT_MASTER", "local[*]")
     # Under spark-submit the JVM's conf already holds its --master, --conf and properties
     # file: our defaults only fill the gaps (a builder option would override them: a
-    # `spark-submit --master spark://…` then ran everything in local[*]). The pipeline
-    # config's spark.master / spark.conf win over both.
-    given = _submitted_conf()
+    # `spark-submit --master spark://…` then ran everything in local[*]).
     options.update({k: v for k, v in defaults.items() if k not in given})
-    options.update(conf or {})
+    options.update(conf)
     options.update(daemon_conf(options, given))  # on the master the session runs on
+    return options
+
+
+def build_spark(
+    app_name: str,
+    master: str | None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    jars: Sequence[str] = (),
+    suggested: Mapping[str, str] | None = None,
+    class_archive: bool = True,
+    driver_jit: Literal["c1", "tiered"] = "c1",
+) -> SparkSession:
+    """pyspark is imported here, not at module level, so `ingest --help` stays fast.
+    ``jars``: added to ``spark.jars`` (the source reader's); under spark-submit they must
+    be on its command line (``--jars``: scripts/spark-submit.sh), the JVM being up.
+    ``suggested``: the source reader's settings (``session_options``)."""
+    check_java()
+    # Executors' Python must be the driver's (same venv, same packages).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if (master or "local").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no interface guessing
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    given = _submitted_conf()
+    options = session_options(app_name, master, conf or {}, given=given, suggested=suggested or {})
     if jars:
         given_jars = [j for j in options.get("spark.jars", "").split(",") if j]
         options["spark.jars"] = ",".join([*given_jars, *(j for j in jars if j not in given_jars)])

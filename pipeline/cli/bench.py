@@ -57,7 +57,7 @@ def bench(
             "8 and 32 partitions; run once per --reader); hudi-writers, hudi-writers-1k (the "
             "native and Hudi's own Spark writer at ~270 B and ~1.2 KB, on PySpark 3.5); "
             "fixed-cost (with --only fixed: the fixed cost per batch at ~270 B, 8 / 32 / 128 "
-            "partitions, ~15 min)",
+            "partitions, ~15 min); fixed-cost-128 (the same at 128 partitions alone, ~8 min)",
         ),
     ] = None,
     peers: Annotated[

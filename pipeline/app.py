@@ -214,11 +214,11 @@ class Pipeline:
         if planned:
             self._evolve_schema()
         if not self.lease.warm:  # a standby warmed its workers up while it waited
-            from pipeline.spark.batch import tasks_read_ranges
+            from pipeline.runtime.batch_writes import planned_path
             from pipeline.spark.session import warm_up_in_background
 
-            rdd = tasks_read_ranges(self.cfg.decode.engine, self.source.reader.rows_are_records)
-            warm_up_in_background(self.spark, rdd=rdd, sql=not rdd)
+            path = planned_path(self.cfg, self.source.reader, self.tables, start_known=True)
+            warm_up_in_background(self.spark, rdd=path.reads_ranges, sql=not path.reads_ranges)
         return start_stream(
             self.spark,
             self.source.reader.format,

@@ -2,26 +2,27 @@
 
 offsets  -- this batch's end from Spark's offset log; its start is the previous
             batch's end (remembered, else read), or the source's explicit offsets
-write    -- a ``BatchWriter`` runs the workers (read, decode, stage files)
+write    -- the batch's write adapter (runtime/batch_writes.py) runs the workers (read,
+            decode, stage files)
 commit   -- ``coordinator.run_batch``: recovery, dedupe, the two-phase commit
 report   -- the run's stats, one log line, the observers
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.commit.types import BatchOutcome, WriteFn
+from pipeline.commit.types import BatchOutcome, RereadFn, WriteFn
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
-from pipeline.formats.base import PipelineTables, WritesBatches
+from pipeline.formats.base import BatchWrite, PipelineTables
 from pipeline.observe.base import Observers
+from pipeline.runtime.batch_writes import BatchWrites
 from pipeline.runtime.fencing import FenceGuard
 from pipeline.runtime.source_settings import SourceSettings
 from pipeline.runtime.stats import RunStats
@@ -125,16 +126,16 @@ class BatchRunner:
         self._last_end = (batch_id, end)
         return start, end
 
-    def _reread(self, df: Any) -> Callable[[PartitionOffsets, PartitionOffsets], WriteFn]:
-        """Writes of other ranges than Spark planned (gap rewind, repairs): the arrow
-        engine's tasks read Kafka themselves, whatever the configured engine."""
+    def _reread(self, df: Any) -> RereadFn | None:
+        """Writes of other ranges than Spark planned (gap rewind, repairs): the adapter
+        named by ``reread_path`` (tasks that read the ranges, whatever the configured
+        reader and engine); None when the format writes through its own engine."""
+        path = self._writes().reread_path()
+        if path is None:
+            return None
 
         def reread(start: PartitionOffsets, end: PartitionOffsets) -> WriteFn:
-            writer = self._writer(df, start, end)
-            arrow = writer.decode.model_copy(update={"engine": "arrow"})
-            # the batch's rows are not these ranges: the tasks read them
-            writer = dataclasses.replace(writer, decode=arrow, rows_are_records=False)
-            return cast(WriteFn, writer.write)
+            return self._writes().named(path, df, start, end).write
 
         return reread
 
@@ -146,27 +147,14 @@ class BatchRunner:
         timeout = max(float(self.cfg.source.broker_retry_seconds), 1.0)
         return count_records(self.source.consumer_conf(), ranges, timeout)
 
-    def _writer(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> Any:
-        from pipeline.spark.batch import BatchWriter
+    def _writer(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> BatchWrite:
+        return self._writes().planned(df, start, end)
 
-        if isinstance(self.tables, WritesBatches):  # Hudi's Spark writer: its own engine
-            return self.tables.batch_writer(df)
-
+    def _writes(self) -> BatchWrites:
         armed = ",".join(
             f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
         )
-        return BatchWriter(
-            df=df,
-            start=start if start is not None else self.source.explicit_start(end),
-            end=end,
-            plan=self.tables.task_plan,
-            decode=self.cfg.decode,
-            source=self.cfg.source,
-            consumer_conf=self.source.consumer_conf(),
-            data_ddl=self.tables.data_ddl,
-            faults=armed or None,
-            rows_are_records=self.source.reader.rows_are_records,
-        )
+        return BatchWrites(self.cfg, self.tables, self.source, armed or None)
 
     def _report(self, batch_id: int, outcome: BatchOutcome) -> None:
         self.stats.add(outcome)

@@ -62,7 +62,7 @@ def start_stream(
     trigger: dict[str, Any],
 ) -> Any:
     """A started query: raw Kafka rows of the reader's source into ``foreach_batch``. The
-    batch writer decodes (spark/batch.py), so Spark has no decode plan to re-analyse every
+    batch writer decodes (spark/batch/), so Spark has no decode plan to re-analyse every
     batch when the arrow engine never runs it."""
     return (
         spark.readStream.format(source_format)

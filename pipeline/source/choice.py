@@ -5,10 +5,16 @@
     spark   Spark's own Kafka source (pipeline/source/spark_kafka.py): every Spark line
             with a jar set in the manifest (3.5, 4.0, 4.1, 4.2; 4.3 runs the 4.2 jars)
 
-Both plan a batch into Spark's offset log in the same form and hand ``foreachBatch`` the
-same raw rows; the rest of the pipeline does not know which one ran. ``auto`` (the
-default) is ``$INGEST_SOURCE_READER`` when set, else ``python`` where it runs (the
-cheaper of the two: docs/bench.md), else ``spark``.
+Both plan a batch into Spark's offset log in the same form and hand ``foreachBatch`` a
+DataFrame of the same raw rows. What the arrow engine takes from a reader is its typed
+``arrow_input`` (:class:`ArrowInput`): Spark's Kafka source reads the records in the JVM,
+so the tasks decode the DataFrame's rows; our data source would read them in a Python
+worker and hand them back to another, so there the tasks read the batch's ranges from
+Kafka themselves and the data source is the batch's *offset planner* only (Spark's offset
+log, admission control). The write path is picked from it in one place
+(pipeline/spark/batch/paths.py). ``auto`` (the default) is ``$INGEST_SOURCE_READER``
+when set, else ``python`` where it runs (the cheaper of the two: docs/bench.md), else
+``spark``.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, Protocol
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import SourceConfig
 from pipeline.errors import ConfigError, PipelineError
+from pipeline.source.arrow_input import ArrowInput
 from pipeline.source.spark_line import spark_version
 
 PYTHON_READER_SINCE = (4, 2)
@@ -50,9 +57,11 @@ class SourceReader(Protocol):
 
     name: str
     format: str
-    # the batch DataFrame's rows are its records for every decode engine (else the arrow
-    # engine's tasks read the batch's ranges themselves)
-    rows_are_records: bool
+    arrow_input: ArrowInput  # what the arrow engine's tasks take from this reader
+
+    def batch_rows(self, df: Any, min_partitions: int | None) -> Any:
+        """The batch DataFrame ``df`` as the tasks that scan it should get it."""
+        ...
 
     def jars(self) -> list[str]:
         """Jars the session needs on its class path."""

@@ -5,6 +5,12 @@ one long-lived Python worker and ``read`` in task workers. Offsets travel throug
 offset log as ``{"topic": {"partition": next_offset}, "#topicIds": {"topic": id}}``; Kafka
 consumer groups are never used (docs/design.md invariant 1).
 
+With ``decode.engine: arrow`` this source is the batch's *offset planner* only (its
+offset log, its admission control): the write tasks read the planned ranges themselves
+(pipeline/spark/batch/ranges.py) and ``read`` does not run. It runs when the batch
+DataFrame's rows are what the tasks take: the spark engine, and a batch whose start the
+driver does not know (pipeline/spark/batch/paths.py).
+
 Planning rules
   * ``latestOffset`` reconciles the start with the broker (new partitions appear in the
     end offsets at their log start and are read from the next batch on, so every batch's

@@ -1,7 +1,9 @@
 """``source.reader: python``: the pipeline's own streaming data source (``ingest_kafka``,
 pipeline/source/datasource.py) behind the reader interface of pipeline/source/choice.py.
-Its options are the common ones as they are; its arrow engine reads each batch's ranges in
-its own tasks, so the batch DataFrame is not scanned then."""
+Its options are the common ones as they are. With the arrow engine it is the batch's
+offset planner (``ArrowInput.OFFSET_RANGES``): Spark's offset log and admission control
+come from it, and the write tasks read the planned ranges from Kafka themselves; with the
+spark engine its DataFrame's rows are read through it (``KafkaStreamReader.read``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import PipelineError
+from pipeline.source.arrow_input import ArrowInput
 from pipeline.source.options import SOURCE_NAME
 
 _REGISTERED: set[int] = set()  # sessions the data source is registered with
@@ -18,7 +21,10 @@ _REGISTERED: set[int] = set()  # sessions the data source is registered with
 class PythonKafkaReader:
     name = "python"
     format = SOURCE_NAME
-    rows_are_records = False
+    arrow_input = ArrowInput.OFFSET_RANGES
+
+    def batch_rows(self, df: Any, min_partitions: int | None) -> Any:
+        return df  # a task per planned range already (``KafkaStreamReader.partitions``)
 
     def jars(self) -> list[str]:
         return []

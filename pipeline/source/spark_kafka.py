@@ -33,7 +33,8 @@ What it is given, and why each choice keeps docs/design.md's invariants:
     on the Python reader.
 
 Spark's source decodes nothing: the batch's rows (key, value, topic, partition, offset,
-timestamp, timestampType[, headers]) are decoded by either engine (pipeline/spark/batch.py).
+timestamp, timestampType[, headers]) are what the tasks read and decode, with either engine
+(``ArrowInput.BATCH_ROWS``; pipeline/spark/batch/rows.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from typing import Any
 
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError, DataLossError, PipelineError, exception_texts
+from pipeline.source.arrow_input import ArrowInput
 
 FORMAT = "kafka"
 # the manifest's set per Spark line (pipeline/resources/pom.xml)
@@ -254,10 +256,18 @@ class SparkKafkaReader:
 
     name = "spark"
     format = FORMAT
-    rows_are_records = True
+    arrow_input = ArrowInput.BATCH_ROWS
 
     def __init__(self, version: tuple[int, int]) -> None:
         self.version = version
+
+    def batch_rows(self, df: Any, min_partitions: int | None) -> Any:
+        """Spark's Kafka source plans a task per Kafka partition (or per ``minPartitions``
+        piece): coalesced to the cores (or ``minPartitions``), as our data source packs its
+        ranges, a batch pays a Python task per core, not per partition (no shuffle: a task
+        reads several partitions' ranges in turn)."""
+        cores = df.sparkSession.sparkContext.defaultParallelism
+        return df.coalesce(max(cores, min_partitions or 0))
 
     def jars(self) -> list[str]:
         from pipeline import jvm

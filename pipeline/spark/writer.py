@@ -251,16 +251,22 @@ def make_task_function(
     return _batches_task(plan, None if parser is None else partial(refine_batch, parser=parser))
 
 
-def make_decode_task_function(
-    plan: TaskPlan, decoder: Any
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Task over a reader's raw rows (Spark's Kafka source): the arrow engine's decode
-    (``decoder``: an ``ArrowDecoder``), then staged files. Spark hands timestamps in the
-    session's time zone: cast to the reader's own schema, which the decoder expects."""
+def rows_decoder(decoder: Any) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """The arrow engine's decode (``decoder``: an ``ArrowDecoder``) of a batch of raw Kafka
+    rows as Spark hands them to ``mapInArrow``: its timestamps in the session's time zone,
+    cast back to the reader's own schema, which the decoder expects."""
     from pipeline.source.reader import record_schema
 
     schema = record_schema(decoder.include_headers)
-    return _batches_task(plan, lambda b: decoder.decode(b.cast(schema)))
+    return lambda b: decoder.decode(b.cast(schema))
+
+
+def make_decode_task_function(
+    plan: TaskPlan, decoder: Any
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Task over the batch DataFrame's raw rows (Spark's Kafka source): the arrow engine's
+    decode (:func:`rows_decoder`), then staged files."""
+    return _batches_task(plan, rows_decoder(decoder))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Worker side of ``sink.hudi.writer: spark``: one batch written by Hudi's Spark writer.
+"""``sink.hudi.writer: spark``: one batch written by Hudi's Spark writer, the write path
+of a format with its own engine (``WritePath.FORMAT_ENGINE``, pipeline/spark/batch/paths.py;
+built by ``HudiSparkTables.batch_writer``).
 
     HudiSparkBatchWriter.write(write_id, drop_below)
         decode(rows)                   decode.engine spark: Spark SQL (``from_json``);
@@ -14,7 +16,9 @@ After the decode everything runs in the JVM. Rows at offsets the main table alre
 (``drop_below``) are dropped before either write and counted (invariant 5). A table that
 gets no rows gets no instant: its commit, if any, is the committer's empty one. The
 batch's rows come from Spark's Kafka source (the reader of the PySpark 3.5 line this
-writer runs on).
+writer runs on): its DataFrame is what this writer reads, with either engine. It writes
+only the ranges Spark planned: a gap rewind or a repair, which read other ranges, has no
+adapter here (``reread_path``), and the coordinator refuses them in one line.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pipeline.decode.unknown_fields import MAX_NAMES, UNKNOWN_COL
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi_spark.client import HudiSparkClient
 from pipeline.formats.hudi_spark.committer import descriptors
-from pipeline.spark.writer import DEAD_LETTER_SOURCES
+from pipeline.spark.writer import DEAD_LETTER_SOURCES, rows_decoder
 
 __all__ = ["HudiSparkBatchWriter"]
 
@@ -108,10 +112,10 @@ class HudiSparkBatchWriter:
         decoder = ArrowDecoder(self.decode, self.include_headers)
         raw = record_schema(self.include_headers)
         out = decoder.decode(pa.RecordBatch.from_pylist([], schema=raw)).schema
+        decode_rows = rows_decoder(decoder)
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            # Spark hands timestamps in the session's time zone: the reader's own schema
-            return (decoder.decode(b.cast(raw)) for b in batches if b.num_rows)
+            return (decode_rows(b) for b in batches if b.num_rows)
 
         return self.df.mapInArrow(task, from_arrow_schema(out))
 

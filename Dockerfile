@@ -9,8 +9,13 @@
 # also starts Spark executors ("executor") and cluster-mode drivers ("driver …") when Spark
 # on Kubernetes launches pods from this image. docs/deploy.md has the details.
 #
-# Before building: `python -m pipeline.jvm fetch kafka` (scripts/bootstrap.sh does it), so
-# that .jvm/ holds the Kafka jars the image copies.
+# The runtime alone (the package `pipeline`): the lab (lab/: demo, broker, drills, bench)
+# and the Kafka broker's jars it starts stay out (.dockerignore); `ingest demo` here says
+# in one line that it is the lab's.
+#
+# Before building: `python -m pipeline.jvm fetch spark-kafka-4.2` (and spark-kafka-3.5 for
+# PYSPARK_VERSION 3.5.7; scripts/image-test.sh fetches both), so that .jvm/ holds Spark's
+# Kafka source for the image's Spark line.
 #
 # Build arguments:
 #   BASE_IMAGE   Debian bookworm image (default debian:bookworm-slim; pin it by digest in CI,
@@ -106,10 +111,9 @@ RUN mkdir -p /usr/share/man/man1 \
       --shell /usr/sbin/nologin ingest
 
 COPY --from=deps /opt/ingest /opt/ingest
-# The jars of the project's JVM manifest (Apache Kafka for `ingest broker` and the demo,
-# Spark's Kafka source per Spark line),
-# as `python -m pipeline.jvm fetch kafka` left them in .jvm/ (scripts/bootstrap.sh runs it;
-# scripts/image-test.sh build too): fetched on the host, whose Maven reaches the registry.
+# The jars of the project's JVM manifest (Spark's Kafka source per Spark line; not the
+# broker's, .dockerignore), as `python -m pipeline.jvm fetch` left them in .jvm/
+# (scripts/image-test.sh build does it): fetched on the host, whose Maven reaches the registry.
 COPY .jvm/ /opt/ingest/jvm/
 COPY --chmod=0755 scripts/container-entrypoint.sh /opt/ingest/bin/entrypoint
 COPY --chmod=0644 scripts/ingest_submit.py /opt/ingest/app/ingest_submit.py

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh Debian/Ubuntu machine with Python 3.11+:
-# Java 17 and Maven (as root, when missing), a virtualenv in .venv with the package and its
-# dev extras, and the JVM jars of pipeline/resources/pom.xml (Apache Kafka) fetched by Maven
+# Java 17 and Maven (as root, when missing), a virtualenv in .venv (INGEST_VENV) with the
+# package and its dev extras and the lab (lab/: demo, broker, drills, bench), both
+# editable, and the JVM jars of pipeline/resources/pom.xml (Apache Kafka) fetched by Maven
 # into .jvm/. Idempotent: re-running only installs what changed. Sourced by run-demo.sh and
 # run-tests.sh.
 set -euo pipefail
@@ -36,10 +37,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 stamp="$VENV/.ingest-installed"
-if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-  echo "bootstrap: installing the package and dev tools into $VENV (first run takes a few minutes)" >&2
+if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ] \
+   || [ "$ROOT/lab/pyproject.toml" -nt "$stamp" ]; then
+  echo "bootstrap: installing the package, the lab and dev tools into $VENV (first run takes a few minutes)" >&2
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" >&2
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]" -e "$ROOT/lab" >&2
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

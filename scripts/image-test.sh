@@ -71,9 +71,9 @@ build() {
   if [ -n "${INGEST_PYSPARK_VERSION:-}" ]; then
     args+=(--build-arg "PYSPARK_VERSION=$INGEST_PYSPARK_VERSION")
   fi
-  # the image copies .jvm/ (the manifest's Kafka jars and Spark's Kafka source for each
-  # Spark line, fetched once by the host's Maven)
-  (cd "$ROOT" && python3 -m pipeline.jvm fetch kafka spark-kafka-3.5 spark-kafka-4.2 >&2) \
+  # the image copies .jvm/ (Spark's Kafka source for each Spark line, fetched once by the
+  # host's Maven; the broker's jars, the lab's, stay out: .dockerignore)
+  (cd "$ROOT" && python3 -m pipeline.jvm fetch spark-kafka-3.5 spark-kafka-4.2 >&2) \
     || die "cannot fetch the JVM jars"
   podman build "${args[@]}" -f "$ROOT/Dockerfile" "$ROOT" >&2
   echo "$tag"

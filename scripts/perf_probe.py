@@ -1,7 +1,7 @@
 """Throughput probe: pipeline (per decode engine / commit mode / cores) vs the raw ceiling.
 
 Pre-produces ``--records`` generated events (≈270 B each) into a one-node Apache Kafka
-(``pipeline.tools.broker.KafkaCluster``: KRaft, its own JVM on loopback, sharing this
+(``lab.broker.KafkaCluster``: KRaft, its own JVM on loopback, sharing this
 host's cores) or into ``--bootstrap`` (an external cluster), then runs, interleaved and
 ``--rounds`` times each (the machine is shared, so only ratios measured in the same
 window mean anything):
@@ -112,7 +112,7 @@ def _raw_ceiling(bootstrap: str, topic: str, partitions: int, out_dir: Path) -> 
 def _pipeline(
     bootstrap: str, topic: str, records: int, batches: int, variant: str, work: Path
 ) -> dict[str, float]:
-    from pipeline.tools.generator import event_schema_fields
+    from lab.generator import event_schema_fields
 
     engine, mode, cores = variant.split(":")
     work.mkdir(parents=True)
@@ -195,8 +195,8 @@ def main() -> None:
     if args.child:
         _child(args.child)
         return
-    from pipeline.tools.broker import KafkaCluster
-    from pipeline.tools.generator import GeneratorSpec, produce
+    from lab.broker import KafkaCluster
+    from lab.generator import GeneratorSpec, produce
 
     variants = args.variant or ["arrow:exactly-once:2", "spark:exactly-once:2"]
     broker = KafkaCluster(1).start() if args.bootstrap is None else None

@@ -5,7 +5,7 @@
     python scripts/restart-phases.py docs/drills/soak/soak-iceberg.json /tmp/soak/soak-iceberg \
         [--out docs/drills/soak/phases-iceberg.json]
 
-The milestones and how a recovery is split are in pipeline/tools/drill/phases.py. Prints
+The milestones and how a recovery is split are in lab/drill/phases.py. Prints
 one line per recovery and the median of each phase per fault kind.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.tools.drill.model import DrillResult  # noqa: E402
-from pipeline.tools.drill.phases import SEGMENTS, medians, recoveries  # noqa: E402
+from lab.drill.model import DrillResult  # noqa: E402
+from lab.drill.phases import SEGMENTS, medians, recoveries  # noqa: E402
 
 
 def main() -> int:

@@ -35,8 +35,8 @@ INGEST_TEST_APT_EXTRA="${INGEST_TEST_APT_EXTRA:-podman runc debootstrap}" bash "
 bash "$ROOT/scripts/tools.sh" >/dev/null || echo "run-tests: helm/kubectl not available (chart tests skip)" >&2
 # the installed system tools (debootstrap …) live in sbin, which a non-login PATH may lack
 export PATH="$ROOT/.tools/bin:$PATH:/usr/sbin:/sbin"
-stage "ruff" && ruff check pipeline tests
-stage "mypy" && mypy pipeline
+stage "ruff" && ruff check pipeline lab tests
+stage "mypy" && mypy pipeline lab
 stage "import contracts" && lint-imports
 if [ "$#" -gt 0 ]; then
   stage "pytest $*"

@@ -4,11 +4,12 @@
 #
 #   scripts/spark-line-env.sh [PYSPARK_VERSION]      (default 3.5.7, the 3.5 LTS line)
 #
-# Builds .spark-lines/<version>/venv (once; again when pyproject.toml changes): pyspark at
-# that version, then the project editable with its dev extras, so the tests of this checkout
-# run against it. Spark's Kafka source jars for that line come from the project's Maven
-# manifest on first use (pipeline/source/spark_kafka.py). Prints the environment's python;
-# when something cannot be had it prints one line naming it to stderr and exits 1.
+# Builds .spark-lines/<version>/venv (once; again when a pyproject.toml changes): pyspark at
+# that version, then the project editable with its dev extras and the lab (lab/), so the
+# tests of this checkout run against it. Spark's Kafka source jars for that line come from
+# the project's Maven manifest on first use (pipeline/source/spark_kafka.py). Prints the
+# environment's python; when something cannot be had it prints one line naming it to
+# stderr and exits 1.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VERSION="${1:-3.5.7}"
@@ -16,7 +17,7 @@ PY="${INGEST_SPARK_LINE_PYTHON:-${PYTHON:-python3}}"  # PySpark 3.5 wants Python
 HOME_DIR="$ROOT/.spark-lines"
 VENV="$HOME_DIR/$VERSION/venv"
 stamp="$VENV/.installed"
-want="pyspark==$VERSION $(sha256sum "$ROOT/pyproject.toml" | cut -c1-12)"
+want="pyspark==$VERSION $(cat "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml" | sha256sum | cut -c1-12)"
 
 missing() { echo "spark-line-env: $*" >&2; exit 1; }
 
@@ -35,7 +36,7 @@ if ! built; then
   log="$HOME_DIR/$VERSION/pip-install.log"
   echo "spark-line-env: installing pyspark==$VERSION and the project into $VENV" >&2
   if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    "pyspark==$VERSION" -e "$ROOT[dev]" >"$log" 2>&1; then
+    "pyspark==$VERSION" -e "$ROOT[dev]" -e "$ROOT/lab" >"$log" 2>&1; then
     last="$(grep -E 'ERROR|Error' "$log" | tail -n1 | cut -c1-200)"
     missing "pip install pyspark==$VERSION and the project failed: ${last:-see $log}"
   fi

@@ -157,8 +157,8 @@ def main() -> int:
 
     import yaml
 
-    from pipeline.tools.bench.dataset import BenchBroker, produce_dataset
-    from pipeline.tools.bench.runs import RunSpec, pipeline_config
+    from lab.bench.dataset import BenchBroker, produce_dataset
+    from lab.bench.runs import RunSpec, pipeline_config
 
     readers = ns.reader or ["python", "spark"]
     broker = BenchBroker()

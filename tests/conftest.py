@@ -17,7 +17,7 @@ from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker, start_
 from support.registry_fixtures import registry_server
 from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
 
-from pipeline.tools.registry import SchemaRegistryServer
+from lab.registry import SchemaRegistryServer
 
 
 @pytest.fixture(scope="session")

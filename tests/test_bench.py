@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
+from lab.bench import stats
+from lab.bench.decode_cost import decode_cost
+from lab.bench.driver import BatchLine
+from lab.bench.fixed import fit, partition_scaling, steady_window
+from lab.bench.presets import QUICK
+from lab.bench.report import CHARTS
+from lab.broker import KAFKA_VERSION
 from pipeline.cli import main
-from pipeline.tools.bench import stats
-from pipeline.tools.bench.decode_cost import decode_cost
-from pipeline.tools.bench.driver import BatchLine
-from pipeline.tools.bench.fixed import fit, partition_scaling, steady_window
-from pipeline.tools.bench.presets import QUICK
-from pipeline.tools.bench.report import CHARTS
-from pipeline.tools.broker import KAFKA_VERSION
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS = (
@@ -57,8 +57,8 @@ def test_a_batch_line_carries_the_files_its_batch_committed() -> None:
 
 
 def test_the_hudi_writers_preset_runs_each_writer_and_operation_twice(tmp_path: Path) -> None:
-    from pipeline.tools.bench.presets import HUDI_WRITERS, HUDI_WRITERS_1K
-    from pipeline.tools.bench.runs import RunSpec, pipeline_config
+    from lab.bench.presets import HUDI_WRITERS, HUDI_WRITERS_1K
+    from lab.bench.runs import RunSpec, pipeline_config
 
     systems = [s.system for s in HUDI_WRITERS.matrix]
     assert systems == [
@@ -162,7 +162,7 @@ def test_a_run_drained_within_its_warm_up_is_measured_after_its_first_batch() ->
     """A fast run (the real broker, large batches) can drain its data set before the warm-up
     ends: its window then starts at the second commit (the first batch pays the cold
     workers), rather than failing the bench."""
-    from pipeline.tools.bench.fixed import measured_window
+    from lab.bench.fixed import measured_window
 
     done = [_line(i, 200_000, 100.0 + 2 * i) for i in range(8)]  # drained in 14 s
     start, window, short = measured_window(done, warmup_s=20.0, steady_s=60.0) or (None, [], 0)
@@ -177,7 +177,7 @@ def test_a_run_drained_within_its_warm_up_is_measured_after_its_first_batch() ->
 def test_payload_events_are_about_1_2_kb_and_keep_the_other_fields() -> None:
     import json
 
-    from pipeline.tools.generator import GeneratorSpec, event_schema_fields, generate_events
+    from lab.generator import GeneratorSpec, event_schema_fields, generate_events
 
     plain = list(generate_events(GeneratorSpec(count=2_000, seed=7)))
     big = list(generate_events(GeneratorSpec(count=2_000, seed=7, payload_bytes=940)))

@@ -1,4 +1,4 @@
-"""The project's Apache Kafka cluster (``pipeline.tools.broker``) and the event generator,
+"""The project's Apache Kafka cluster (``lab.broker``) and the event generator,
 end to end: real KRaft nodes, real clients over real sockets.
 
 Faults on the broker processes themselves (SIGKILL of a leader, SIGSTOP) use the shared
@@ -27,8 +27,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
-from pipeline.tools.broker import KAFKA_VERSION, KafkaCluster, run_broker_forever
-from pipeline.tools.generator import (
+from lab.broker import KAFKA_VERSION, KafkaCluster, run_broker_forever
+from lab.generator import (
     GeneratorSpec,
     event_schema_fields,
     event_types,

@@ -102,9 +102,9 @@ def test_spark_submit_of_main_py_from_a_checkout(kafka_broker: Any, tmp_path: Pa
     """`spark-submit pipeline/main.py --config …` (a bare --config means `run`)."""
     import yaml
 
+    from lab.generator import GeneratorSpec, event_schema_fields, produce
     from pipeline.config import load_config
     from pipeline.formats.iceberg.pipeline_tables import IcebergTables
-    from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
     topic = kafka_broker.new_topic("submit", 2)
     produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=400, seed=7))
@@ -149,7 +149,7 @@ def test_drill_kills_apply_to_the_fast_matrix_and_its_default_is_printed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`ingest drill --kills 20` under the default (fast) matrix ran 2 kills silently."""
-    import pipeline.tools.drill.runner as runner
+    import lab.drill.runner as runner
     from pipeline.cli import main
 
     seen: list[Any] = []
@@ -173,7 +173,7 @@ def test_drill_kills_apply_to_the_fast_matrix_and_its_default_is_printed(
 
 def test_bench_without_flags_runs_the_quick_preset(monkeypatch: pytest.MonkeyPatch) -> None:
     """`ingest bench` without flags started the ~40-minute full preset."""
-    import pipeline.tools.bench.runner as runner
+    import lab.bench.runner as runner
     from pipeline.cli import main
 
     presets: list[str] = []

@@ -196,7 +196,7 @@ def test_an_unexpected_error_is_one_line_naming_the_log_file_exit_1(
     """A bug or an OS error (here: the orphan listing's ``OSError``) in any command: one
     line with the exception and the log file's path, exit 1; the traceback is in that
     file."""
-    import pipeline.tools.compact as compact_tool
+    import pipeline.ops.compact as compact_tool
     from pipeline.cli import main
 
     def broken(*args: Any, **kwargs: Any) -> None:

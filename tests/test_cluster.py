@@ -1,4 +1,4 @@
-"""The pipeline on a real Spark standalone cluster (pipeline/tools/cluster.py): a master and
+"""The pipeline on a real Spark standalone cluster (lab/cluster.py): a master and
 two workers, each its own JVM, executors in JVMs of their own launched by the workers, the
 driver submitted with ``scripts/spark-submit.sh standalone``. Every record produced must be
 in the Iceberg tables exactly once, and tasks must have run in executors of both workers.
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from support.drivers import iceberg_coords, pipeline_config, produced, write_config
 
-from pipeline.tools.cluster import StandaloneCluster, cmdline
+from lab.cluster import StandaloneCluster, cmdline
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "scripts" / "spark-submit.sh"
@@ -76,9 +76,9 @@ def _task_executors(event_dir: Path) -> Counter[str]:
 def test_spark_submit_to_a_standalone_cluster_exactly_once(
     kafka_broker: Any, tmp_path: Path
 ) -> None:
+    from lab.generator import GeneratorSpec, produce
     from pipeline.config import parse_config
     from pipeline.formats.iceberg.pipeline_tables import IcebergTables
-    from pipeline.tools.generator import GeneratorSpec, produce
 
     t0 = time.monotonic()
     with StandaloneCluster(tmp_path / "cluster", workers=2, cores=1, memory="1g") as cluster:

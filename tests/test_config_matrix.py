@@ -345,7 +345,7 @@ def test_raw_mode_without_headers_keeps_key_and_value(
     """``decode: {format: raw}``, default ``includeHeaders: false``, earliest,
     Iceberg: 500 JSON records in a 2-partition topic, all committed exactly once with
     their key/value bytes (the decoder left out the raw table's ``headers`` column)."""
-    from pipeline.tools.generator import GeneratorSpec, generate_events, produce
+    from lab.generator import GeneratorSpec, generate_events, produce
 
     topic = kafka_broker.new_topic("rawnh", 2)
     spec = GeneratorSpec(count=500, seed=19)

@@ -48,8 +48,8 @@ import pytest
 import yaml
 from test_deploy_image import _image_script, _image_tools_missing
 
+from lab.broker.node import KAFKA_VERSION
 from pipeline import jvm
-from pipeline.tools.broker.node import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_DIR = ROOT / "deploy" / "kafka"
@@ -288,7 +288,7 @@ class Producer:
         self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
 
     def _run(self) -> None:
-        from pipeline.tools.generator import GeneratorSpec, produce
+        from lab.generator import GeneratorSpec, produce
 
         seed = 0
         try:
@@ -330,7 +330,7 @@ class Producer:
 
 
 def _pipeline_config(state: Path, bootstrap: str, topic: str) -> dict[str, Any]:
-    from pipeline.tools.generator import event_schema_fields
+    from lab.generator import event_schema_fields
 
     return {
         "id": PIPELINE_ID,
@@ -475,9 +475,9 @@ def test_pipeline_image_sigkilled_twice_against_kafka_image_is_exactly_once(
     from confluent_kafka import Producer as KafkaProducer
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from lab.broker import await_leaders
     from pipeline.config import parse_config
-    from pipeline.tools.broker import await_leaders
-    from pipeline.tools.verify import commit_epochs, compare, offsets_by_partition, verify_pipeline
+    from pipeline.ops.verify import commit_epochs, compare, offsets_by_partition, verify_pipeline
 
     t_start = time.monotonic()
     kafka, bootstrap = _kafka_container(kafka_image, podman_api)

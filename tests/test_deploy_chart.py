@@ -786,9 +786,9 @@ def test_rendered_driver_command_commits_locally(helm: Any, tmp_path: Path) -> N
     ConfigMap) on this machine: local master, a one-node Apache Kafka (KafkaCluster), state
     under tmp_path. Only what differs between a pod and this machine is overridden with
     --set."""
+    from lab.broker import KafkaCluster
+    from lab.generator import GeneratorSpec, produce
     from pipeline.config import load_config
-    from pipeline.tools.broker import KafkaCluster
-    from pipeline.tools.generator import GeneratorSpec, produce
 
     default_docs = render(helm)
     docs = render(helm, None, "spark.mode=local")

@@ -20,8 +20,10 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -131,7 +133,10 @@ def test_build_context_has_what_copy_needs_and_nothing_bulky() -> None:
         assert (ROOT / src).exists(), f"COPY source {src} does not exist"
         assert _dockerignore_allows(src.rstrip("/")), f".dockerignore excludes {src}"
     assert _dockerignore_allows("pipeline/config/loading.py")
-    for bulky in (".venv/bin/python", ".git/HEAD", "lake/x", "tests/conftest.py", ".tools/bin"):
+    for bulky in (
+        ".venv/bin/python", ".git/HEAD", "lake/x", "tests/conftest.py", ".tools/bin",
+        "lab/demo.py", ".jvm/kafka-0123/kafka_2.13.jar",
+    ):  # fmt: skip
         assert not _dockerignore_allows(bulky), f".dockerignore lets {bulky} in"
     assert not _dockerignore_allows("pipeline/__pycache__/app.cpython-311.pyc")
 
@@ -318,8 +323,16 @@ def test_image_runs_ingest_help(built_image: str) -> None:
     r = _podman(["run", "--rm", "--network", "none", built_image, "--help"], timeout=120)
     assert r.returncode == 0, r.stderr
     assert "Usage: ingest" in r.stdout
-    for command in ("run", "demo", "status"):
+    for command in ("run", "status", "verify"):
         assert re.search(rf"│ {command}\s", r.stdout), r.stdout
+    # the lab is not in the image: its commands say so in one line
+    r = _podman(["run", "--rm", "--network", "none", built_image, "demo"], timeout=120)
+    assert r.returncode == 2 and "part of the lab" in r.stderr, r.stdout + r.stderr
+    r = _podman(
+        ["run", "--rm", "--network", "none", "--entrypoint", "python3", built_image,
+         "-c", "import lab"]
+    )  # fmt: skip
+    assert "No module named 'lab'" in r.stderr, r.stderr
 
 
 @pytest.mark.slow
@@ -385,34 +398,57 @@ def test_image_executor_entrypoint_finds_spark(built_image: str) -> None:
 
 
 @pytest.mark.slow
-def test_image_demo_as_non_root_on_read_only_root(built_image: str, tmp_path: Path) -> None:
-    """`ingest demo` inside the image: Apache Kafka (its jars in the image), Spark local,
-    Iceberg — with the root filesystem read-only (as the chart runs it) and only the state
-    dir writable."""
+def test_image_runs_a_pipeline_as_non_root_on_read_only_root(
+    built_image: str, tmp_path: Path, kafka_broker: Any
+) -> None:
+    """`ingest run` and `ingest verify` inside the image against Apache Kafka the lab
+    starts on the host: Spark local, Iceberg — with the root filesystem read-only (as the
+    chart runs it) and only the state dir writable."""
     state = tmp_path / "state"
-    _demo_in_image(built_image, state)
+    _pipeline_in_image(built_image, state, kafka_broker)
     # everything the process wrote belongs to the image's unprivileged user
     written = [p for p in (state / "lake").rglob("*")]
-    assert written, "the demo wrote nothing under the state directory"
+    assert written, "the pipeline wrote nothing under the state directory"
     owners = {p.stat().st_uid for p in written}
     assert owners == {10001}, owners
 
 
-def _demo_in_image(image: str, state: Path) -> str:
-    """``ingest demo`` (2,000 events) in ``image`` as its non-root user on a read-only root,
-    ``state`` the one writable volume; asserts it passed exactly once; its output, one line."""
+def _pipeline_in_image(
+    image: str, state: Path, broker: Any, source: dict[str, str] | None = None
+) -> str:
+    """2,000 events produced from the host (the lab's generator), then ``ingest run``
+    (available-now) and ``ingest verify`` in ``image`` as its non-root user on a read-only
+    root, on the host's network, ``state`` the one writable volume; asserts the verifier
+    found them exactly once; the two commands' output, one line."""
+    from support.drivers import pipeline_config
+
+    from lab.generator import GeneratorSpec, produce
+
     state.mkdir()
-    os.chown(state, 10001, 10001)
-    r = _podman(
-        ["run", "--rm", "--network", "none", "--read-only",
-         "-v", f"{state}:/var/lib/ingest", image,
-         "demo", "--events", "2000", "--rate", "2000", "--lake", "/var/lib/ingest/lake"],
-        timeout=600,
-    )  # fmt: skip
-    out = " ".join((r.stdout + r.stderr).split())
-    assert r.returncode == 0, out[-4000:]
-    assert "EXACTLY ONCE: 2000 produced, 2000 present, 0 missing, 0 duplicated" in out, out[-2000:]
-    return out
+    topic = broker.new_topic("image", 2)
+    produce(broker.bootstrap_servers, topic, GeneratorSpec(count=2000, seed=7))
+    lake = Path("/var/lib/ingest/lake")
+    sink = {"catalog": {"warehouse": str(lake / "warehouse")}, "table": "db.events"}
+    cfg = pipeline_config(lake, broker.bootstrap_servers, topic, sink, source=source)
+    (state / "pipeline.yaml").write_text(yaml.safe_dump(cfg))
+    for path in (state, state / "pipeline.yaml"):
+        os.chown(path, 10001, 10001)
+    outs = []
+    for command in ("run", "verify"):
+        r = _podman(
+            ["run", "--rm", "--network", "host", "--read-only",
+             "-v", f"{state}:/var/lib/ingest", image,
+             command, "--config", "/var/lib/ingest/pipeline.yaml"],
+            timeout=600,
+        )  # fmt: skip
+        out = " ".join((r.stdout + r.stderr).split())
+        assert r.returncode == 0, (command, out[-4000:])
+        outs.append(out)
+    assert re.search(
+        r"EXACTLY ONCE for all 2,000 .*2000 expected, 2000 present, 0 missing, 0 duplicated",
+        outs[1],
+    ), outs[1][-2000:]
+    return " ".join(outs)
 
 
 @pytest.mark.slow
@@ -427,10 +463,10 @@ def test_image_build_rejects_wrong_jar_checksum(built_image: str, jar_server: _J
 
 
 @pytest.mark.extended
-def test_image_on_pyspark_35_runs_spark_kafka_source(tmp_path: Path) -> None:
+def test_image_on_pyspark_35_runs_spark_kafka_source(tmp_path: Path, kafka_broker: Any) -> None:
     """The image's Spark line is a build argument: built on PySpark 3.5.7 it carries Spark
-    3.5's Kafka source (Scala 2.12) and the demo runs on it (``source.reader`` auto is
-    ``spark`` below PySpark 4.2) exactly once, as the non-root user on a read-only root."""
+    3.5's Kafka source (Scala 2.12) and a pipeline reads with it (``source.reader spark``)
+    exactly once, as the non-root user on a read-only root."""
     missing = _image_tools_missing()
     if missing:
         pytest.skip(missing)
@@ -446,5 +482,4 @@ def test_image_on_pyspark_35_runs_spark_kafka_source(tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert lines[0] == "3.5.7", lines
     assert any(ln.startswith("spark-sql-kafka-0-10_2.12-3.5.7") for ln in lines[1:]), lines
-    out = _demo_in_image(tag, tmp_path / "state")
-    assert "source.reader spark" in out, out[-2000:]
+    _pipeline_in_image(tag, tmp_path / "state", kafka_broker, source={"reader": "spark"})

@@ -22,13 +22,13 @@ from rich.console import Console
 from support.kafka_fixtures import KafkaTestBroker
 from support.rotation import SHARES, drills_of
 
+from lab.broker import KAFKA_VERSION
+from lab.drill.brokers import broker_info, nodes_for
+from lab.drill.model import DrillResult, DrillSpec, FaultEvent, Sample
+from lab.drill.report import summary_table, write_json, write_timeline
+from lab.drill.runner import DrillOptions, run_drills, select
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import ConfigError
-from pipeline.tools.broker import KAFKA_VERSION
-from pipeline.tools.drill.brokers import broker_info, nodes_for
-from pipeline.tools.drill.model import DrillResult, DrillSpec, FaultEvent, Sample
-from pipeline.tools.drill.report import summary_table, write_json, write_timeline
-from pipeline.tools.drill.runner import DrillOptions, run_drills, select
 
 
 def _run(
@@ -135,8 +135,8 @@ def test_records_acknowledged_without_an_offset_are_counted_per_partition() -> N
     seen after every node was SIGKILLed) as delivered with no offset: the producer counts
     such records per partition, and the count places them on the tables' records at
     offsets no acknowledgement named, in that partition only."""
-    from pipeline.tools.drill.count import tally
-    from pipeline.tools.drill.producer import RateProducer
+    from lab.drill.count import tally
+    from lab.drill.producer import RateProducer
 
     producer = RateProducer("localhost:9092", "t", 2, 1.0, seed=1)
     for part, off in ((0, 0), (0, None), (0, 2), (1, 0), (1, None)):
@@ -172,8 +172,8 @@ def test_records_at_unacknowledged_offsets_are_looked_up_in_kafka(
     them -- a problem."""
     from confluent_kafka import Producer
 
+    from lab.drill.verdict import not_in_kafka
     from pipeline.config import parse_config
-    from pipeline.tools.drill.verdict import not_in_kafka
 
     topic = kafka_broker.new_topic("drill-unacked", 1)
     p = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
@@ -195,10 +195,10 @@ def test_records_at_unacknowledged_offsets_are_looked_up_in_kafka(
 
 
 def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path) -> None:
+    from lab.drill.pipeline_config import drill_config
+    from lab.drill.scenarios import DUAL_KILL_POINTS, KILL_POINTS
     from pipeline.commit.faults import POINTS
     from pipeline.config import parse_config
-    from pipeline.tools.drill.pipeline_config import drill_config
-    from pipeline.tools.drill.scenarios import DUAL_KILL_POINTS, KILL_POINTS
 
     for fmt in ("iceberg", "hudi", "both"):
         for name in ("kill", "zombie", "checkpoint-deleted", "standby"):
@@ -223,7 +223,7 @@ def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path
     assert cfg.sink.hudi is not None and cfg.sink.hudi.writer == "spark"
     assert not cfg.maintenance.compaction.enabled and not cfg.maintenance.orphans.enabled
     assert spark.label == "kill@spark-writer"
-    from pipeline.tools.drill.scenarios.driver_kills import kill_points
+    from lab.drill.scenarios.driver_kills import kill_points
 
     # ... and is not armed at the compaction's fault points (a drill waited 360 s for each)
     assert kill_points(spark) == tuple(p for p in KILL_POINTS if "compaction" not in p)
@@ -241,9 +241,9 @@ def test_drills_run_with_background_compaction_and_orphan_cleanup(tmp_path: Path
 def test_drills_of_hudis_writer_note_the_services_on_its_timeline(tmp_path: Path) -> None:
     """Hudi's own services run inline with its writer: the drill's note counts the completed
     actions on the main table's timeline and the archiver's history files."""
+    from lab.drill.pipeline_config import drill_config
+    from lab.drill.verdict import hudi_services_outcome
     from pipeline.config import parse_config
-    from pipeline.tools.drill.pipeline_config import drill_config
-    from pipeline.tools.drill.verdict import hudi_services_outcome
 
     spec = DrillSpec("kill", "hudi", hudi_writer="spark")
     cfg = parse_config(drill_config(spec, tmp_path, "localhost:9092", "t", None))
@@ -281,7 +281,7 @@ def test_compaction_commits_are_named_per_table_and_counted() -> None:
     them per table in its note."""
     from types import SimpleNamespace
 
-    from pipeline.tools.drill.compactions import compaction_commits, compaction_note
+    from lab.drill.compactions import compaction_commits, compaction_note
 
     def table(name: str, commits: list[str]) -> SimpleNamespace:
         return SimpleNamespace(name=name, compaction_commits=lambda: commits)
@@ -302,13 +302,13 @@ def test_compaction_commits_are_named_per_table_and_counted() -> None:
 
 
 def test_file_economy_summary_and_plot(tmp_path: Path) -> None:
-    from pipeline.tools.drill.files import (
+    from lab.drill.files import (
         Checkpoint,
         checkpoint_from_report,
         economy,
         table_summary,
     )
-    from pipeline.tools.drill.report import write_files_png
+    from lab.drill.report import write_files_png
 
     def samples(curve: list[tuple[int, int]]) -> list[dict]:
         return [

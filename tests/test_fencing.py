@@ -24,6 +24,7 @@ from support.drivers import coords, pipeline_config, produced, write_config
 from support.kafka_fixtures import KafkaTestBroker
 from support.pg_fixtures import require_postgres_uri
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import PartitionStats, StagedBatch
@@ -31,7 +32,6 @@ from pipeline.config import parse_config
 from pipeline.errors import FencedError
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter, IcebergTables
 from pipeline.formats.iceberg.writer import write_data_files
-from pipeline.tools.generator import GeneratorSpec, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 TP = TopicPartition("events", 0)

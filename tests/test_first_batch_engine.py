@@ -13,8 +13,8 @@ import pytest
 from support.drivers import coords, iceberg_config, produced
 from support.kafka_fixtures import KafkaTestBroker
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
-from pipeline.tools.generator import GeneratorSpec, produce
 
 
 def _sql_plans(spark: Any) -> list[str]:

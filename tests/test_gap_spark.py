@@ -18,10 +18,10 @@ import pytest
 from support.drivers import coords, iceberg_config, produced
 from support.kafka_fixtures import KafkaTestBroker
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.errors import find_pipeline_error
-from pipeline.tools.generator import GeneratorSpec, produce
-from pipeline.tools.verify import verify_pipeline
+from pipeline.ops.verify import verify_pipeline
 
 
 def _committed(snapshot: Any, topic: str) -> dict[int, int]:

@@ -36,8 +36,8 @@ from support.drivers import (
 )
 from support.kafka_fixtures import KafkaTestBroker
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.config import load_config
-from pipeline.tools.generator import GeneratorSpec, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 30.0  # a batch under a loaded host may take most of it

@@ -380,8 +380,8 @@ def test_old_commits_leave_the_timeline_and_their_ranges_are_carried_forward(
     tmp_path: Path,
 ) -> None:
     from pipeline.commit.checkpoint import RANGES_BEFORE_KEY
-    from pipeline.tools.verify.range_ledger import CommitRanges, plan_partitions, range_issues
-    from pipeline.tools.verify.tables import HudiSource
+    from pipeline.ops.verify.range_ledger import CommitRanges, plan_partitions, range_issues
+    from pipeline.ops.verify.tables import HudiSource
 
     base = tmp_path / "events"
     c = HudiCommitter(HudiTable(make_spec(base)), max_commits=10, trim_every=5)

@@ -137,8 +137,8 @@ def test_replacecommit_is_honoured_by_hudi_rs(tmp_path: Path) -> None:
 
 
 def test_compaction_keeps_records_checkpoint_and_dedupe(tmp_path: Path) -> None:
-    from pipeline.tools.verify.range_ledger import CommitRanges, plan_partitions, range_issues
-    from pipeline.tools.verify.tables import HudiSource
+    from pipeline.ops.verify.range_ledger import CommitRanges, plan_partitions, range_issues
+    from pipeline.ops.verify.tables import HudiSource
 
     base = tmp_path / "events"
     c = small_table(base, 5)

@@ -36,10 +36,10 @@ from support.drivers import (
 )
 from support.kafka_fixtures import KafkaTestBroker
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.config import load_config, parse_config
 from pipeline.formats.hudi.pipeline_tables import HudiTables
-from pipeline.tools.generator import GeneratorSpec, produce
 
 hudi = pytest.importorskip("hudi")
 

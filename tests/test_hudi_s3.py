@@ -21,6 +21,7 @@ import pytest
 from support.drivers import arrow_coords, hudi_read, pipeline_config, produced
 from support.s3_fixtures import S3Server
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.columns import table_columns
 from pipeline.commit.instant import BatchIdentity, InstantState, next_instant_time
@@ -31,9 +32,8 @@ from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.slots import KEEP, CommitSlots
 from pipeline.formats.hudi.status import hudi_table_status
+from pipeline.ops.verify import verify_pipeline
 from pipeline.storage.s3_settings import S3Settings
-from pipeline.tools.generator import GeneratorSpec, produce
-from pipeline.tools.verify import verify_pipeline
 
 hudi = pytest.importorskip("hudi")
 

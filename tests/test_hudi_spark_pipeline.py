@@ -38,12 +38,12 @@ from support.kafka_fixtures import KafkaTestBroker
 from support.s3_fixtures import S3Server
 from support.spark_lines import python_of
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.config import parse_config
 from pipeline.errors import ConfigError
 from pipeline.formats.hudi.storage import open_location
 from pipeline.formats.registry import open_tables
 from pipeline.source.spark_line import spark_version
-from pipeline.tools.generator import GeneratorSpec, produce
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ from support.drivers import (
 from support.jvm_readers import coord_counts, hudi_spark_read, hudi_spark_services
 from support.kafka_fixtures import KafkaTestBroker
 
-from pipeline.tools.generator import GeneratorSpec, produce
+from lab.generator import GeneratorSpec, produce
 
 
 def _instants(base: Path, action: str) -> list[str]:

@@ -1066,8 +1066,8 @@ def test_load_catalog_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_old_snapshots_expire_and_their_ranges_are_carried_forward(catalog: Catalog) -> None:
     from pipeline.commit.checkpoint import RANGES_BEFORE_KEY
-    from pipeline.tools.verify.range_ledger import CommitRanges, plan_partitions, range_issues
-    from pipeline.tools.verify.tables import IcebergSource
+    from pipeline.ops.verify.range_ledger import CommitRanges, plan_partitions, range_issues
+    from pipeline.ops.verify.tables import IcebergSource
 
     sink = make_sink(catalog, max_snapshots=10, expire_every=5)
     ids = [write_and_commit(sink, b, b * 3, 3) for b in range(30)]

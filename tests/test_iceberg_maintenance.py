@@ -280,10 +280,10 @@ def test_background_compaction_while_ingesting_stays_exact(
 ) -> None:
     from support.drivers import coords, iceberg_config, produced
 
+    from lab.generator import GeneratorSpec, produce
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
-    from pipeline.tools.generator import GeneratorSpec, produce
-    from pipeline.tools.verify import verify_pipeline
+    from pipeline.ops.verify import verify_pipeline
 
     topic = kafka_broker.new_topic("compact", 2)
     r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=3000, seed=21))
@@ -333,10 +333,10 @@ def test_orphan_cleanup_keeps_a_pending_instants_files(
     the next run recommits it: exactly once."""
     from support.drivers import coords, iceberg_config, produced
 
+    from lab.generator import GeneratorSpec, produce
     from pipeline.app import Pipeline
     from pipeline.commit.instant import InstantState
     from pipeline.maintenance_scheduler import Maintenance
-    from pipeline.tools.generator import GeneratorSpec, produce
 
     topic = kafka_broker.new_topic("orphans", 2)
     r = produce(kafka_broker.bootstrap_servers, topic, GeneratorSpec(count=900, seed=22))

@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from support.kafka_fixtures import unique_topic
 from support.mock_broker import MockCluster
 
-from pipeline.tools.generator import GeneratorSpec, produce
+from lab.generator import GeneratorSpec, produce
 
 API_PRODUCE, API_FETCH = 0, 1
 NOT_LEADER_OR_FOLLOWER = 6

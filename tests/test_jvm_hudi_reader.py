@@ -55,12 +55,12 @@ from support.jvm_readers import (
 from support.kafka_fixtures import KafkaTestBroker
 from support.s3_fixtures import S3Server
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.commit.checkpoint import (
     RANGES_BEFORE_KEY,
     RANGES_KEY,
 )
 from pipeline.commit.history import parse_intervals
-from pipeline.tools.generator import GeneratorSpec, produce
 
 
 @pytest.mark.slow

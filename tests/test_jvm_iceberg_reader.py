@@ -42,11 +42,11 @@ from support.drivers import (
 from support.jvm_readers import reader_process_env
 from support.kafka_fixtures import KafkaTestBroker
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY
 from pipeline.commit.maintenance import COMPACTION_KEY
 from pipeline.config import load_config
-from pipeline.tools.generator import GeneratorSpec, produce
 
 READER = ROOT / "tests" / "jvm_reader" / "read_iceberg.py"
 CATALOG = "lake"  # pyiceberg's catalog name = the Spark catalog's: JdbcCatalog keys rows by it

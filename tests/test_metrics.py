@@ -27,13 +27,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
+from lab.ports import free_port
 from pipeline.commit.offsets import BrokerOffsets, PartitionOffsets, TopicPartition
 from pipeline.commit.types import BatchOutcome
 from pipeline.errors import ConfigError, FencedError, PipelineError
 from pipeline.observe.accounting import OUTCOMES, PHASES, split_by_weight
 from pipeline.observe.logs import BATCH_LOGGER, batch_log_line
 from pipeline.observe.metrics import PipelineMetrics
-from pipeline.tools.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
@@ -528,9 +528,9 @@ def test_prometheus_scrapes_a_running_pipeline(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     binary = _need("prometheus")
+    from lab.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
-    from pipeline.tools.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
 
     # Prometheus first: its ≈5 s target sync overlaps with producing and set-up.
     exporter_port = free_port()

@@ -22,7 +22,7 @@ from support.kafka_fixtures import KafkaTestBroker
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
 from pipeline.observe.runstate import read_run_state
-from pipeline.tools.status import unknown_fields_line
+from pipeline.ops.status import unknown_fields_line
 
 Coord = tuple[str, int, int]
 

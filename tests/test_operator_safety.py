@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab.demo import DEMO_MARKER, claim_demo_lake
 from pipeline.errors import ConfigError
-from pipeline.tools.demo import DEMO_MARKER, claim_demo_lake
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -42,13 +42,13 @@ from support.drivers import (
 from support.kafka_fixtures import KafkaTestBroker, unique_topic
 from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
 
+from lab.generator import GeneratorSpec, produce
+from lab.pgcluster import PgCluster
 from pipeline.app import Pipeline
 from pipeline.commit.faults import FaultPoints
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
 from pipeline.observe.base import OutcomeCallback
-from pipeline.tools.generator import GeneratorSpec, produce
-from pipeline.tools.pgcluster import PgCluster
 
 
 def _config(

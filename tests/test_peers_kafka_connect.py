@@ -24,9 +24,9 @@ import pyarrow.compute as pc
 import pytest
 from support.kafka_fixtures import KafkaTestBroker
 
-from pipeline.tools.generator import GeneratorSpec, generate_events, produce
-from pipeline.tools.peers.kafka_connect import IcebergKafkaConnectPeer
-from pipeline.tools.peers.model import COORDS, PeerJob
+from lab.generator import GeneratorSpec, generate_events, produce
+from lab.peers.kafka_connect import IcebergKafkaConnectPeer
+from lab.peers.model import COORDS, PeerJob
 
 EVENTS = 3_000
 PARTITIONS = 2

@@ -17,9 +17,9 @@ import pytest
 from rich.console import Console
 from support.kafka_fixtures import KafkaTestBroker
 
-from pipeline.tools.bench.dataset import BenchBroker
-from pipeline.tools.peers.report import print_peers, write_chart
-from pipeline.tools.peers.section import QUICK_PLAN, run_peers, systems
+from lab.bench.dataset import BenchBroker
+from lab.peers.report import print_peers, write_chart
+from lab.peers.section import QUICK_PLAN, run_peers, systems
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 from support.kafka_fixtures import KafkaTestBroker, await_condition
 
-from pipeline.tools.generator import GeneratorSpec, ProduceResult, produce
-from pipeline.tools.peers.model import Launch, PeerJob, PeerSystem
-from pipeline.tools.peers.spark_sinks import SparkHudiSink, SparkIcebergSink
+from lab.generator import GeneratorSpec, ProduceResult, produce
+from lab.peers.model import Launch, PeerJob, PeerSystem
+from lab.peers.spark_sinks import SparkHudiSink, SparkIcebergSink
 
 pytestmark = pytest.mark.extended
 

@@ -16,8 +16,8 @@ from support.drivers import coords, iceberg_config, logged_records, produced, ru
 from support.kafka_fixtures import KafkaTestBroker
 from support.pg_fixtures import require_postgres_uri
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
-from pipeline.tools.generator import GeneratorSpec, produce
 
 
 @pytest.mark.core

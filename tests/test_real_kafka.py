@@ -34,12 +34,12 @@ from support.kafka_fixtures import (
     produce_in_segments,
 )
 
+from lab.generator import GeneratorSpec, generate_events, produce
 from pipeline.app import Pipeline
 from pipeline.commit.offsets import TopicPartition as TP
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
-from pipeline.tools.generator import GeneratorSpec, generate_events, produce
-from pipeline.tools.verify import verify_pipeline
+from pipeline.ops.verify import verify_pipeline
 
 
 def _config(

@@ -31,9 +31,9 @@ from support.drivers import (
 from support.kafka_fixtures import KafkaTestBroker
 from support.pg_fixtures import require_postgres_uri
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.commit.instant import InstantState
-from pipeline.tools.generator import GeneratorSpec, produce
 
 
 def _config_file(

@@ -30,10 +30,10 @@ from support.registry_fixtures import (
     registry_sink,
 )
 
+from lab.registry import SchemaRegistryServer
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
 from pipeline.errors import ConfigError
-from pipeline.tools.registry import SchemaRegistryServer
 
 Coord = tuple[str, int, int]
 
@@ -341,7 +341,7 @@ def test_an_unreachable_registry_is_one_line_and_exit_2_after_the_retry_window(
 ) -> None:
     from support.drivers import run_cli, write_config
 
-    from pipeline.tools.ports import free_port
+    from lab.ports import free_port
 
     topic = kafka_broker.new_topic("avro-noregistry", 1)
     data = pipeline_config(
@@ -367,9 +367,9 @@ def test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_writt
     """A registry of the test's own, stopped after the first commit: the next batch's check
     retries for retrySeconds, then the run stops with the one-line error; what was committed
     is whole, and nothing of the batch the registry could not vouch for is in the table."""
+    from lab.registry import start_registry
     from pipeline.app import run_following_registry
     from pipeline.errors import find_pipeline_error
-    from pipeline.tools.registry import start_registry
 
     registry = start_registry(tmp_path / "registry")
     try:

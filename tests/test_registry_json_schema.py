@@ -15,9 +15,9 @@ from support.drivers import arrow_coords, pipeline_config
 from support.kafka_fixtures import KafkaTestBroker
 from support.registry_fixtures import produce_values, register
 
+from lab.registry import SchemaRegistryServer
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
-from pipeline.tools.registry import SchemaRegistryServer
 
 SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",

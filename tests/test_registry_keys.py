@@ -24,15 +24,15 @@ from support.registry_fixtures import (
     registry_sink,
 )
 
+from lab.registry import SchemaRegistryServer
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
 from pipeline.decode.registry.client import RegistrySchema
 from pipeline.decode.registry.proto_files import compile_schema
 from pipeline.decode.registry.table_schema import resolve_registry_schema
 from pipeline.errors import ConfigError
+from pipeline.ops.verify import verify_pipeline
 from pipeline.source.reader import records_at
-from pipeline.tools.registry import SchemaRegistryServer
-from pipeline.tools.verify import verify_pipeline
 
 VALUE: dict[str, Any] = {
     "type": "record",

@@ -28,12 +28,12 @@ from support.registry_fixtures import (
     registry_sink,
 )
 
+from lab.registry import SchemaRegistryServer
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
 from pipeline.decode.registry.client import RegistrySchema
 from pipeline.decode.registry.proto_files import compile_schema
-from pipeline.tools.registry import SchemaRegistryServer
-from pipeline.tools.verify import verify_pipeline
+from pipeline.ops.verify import verify_pipeline
 
 HEAD = 'syntax = "proto3";\npackage shop;\nimport "google/protobuf/timestamp.proto";\n'
 V1 = (
@@ -176,13 +176,13 @@ def test_produced_protobuf_events_decode_to_the_generated_values(
     generated event leaves out are null, not zero)."""
     import json
 
+    from lab.generator import GeneratorSpec, generate_events
+    from lab.protobuf_events import ProtobufEventEncoder
     from pipeline.columns import data_columns, table_columns
     from pipeline.columns.protobuf import protobuf_fields
     from pipeline.config import RegistryConfig
     from pipeline.decode.registry.client import SchemaRegistry
     from pipeline.decode.registry.protobuf import ProtobufValues
-    from pipeline.tools.generator import GeneratorSpec, generate_events
-    from pipeline.tools.protobuf_events import ProtobufEventEncoder
 
     encoder = ProtobufEventEncoder(schema_registry.url, "produced-protobuf")
     events = [json.loads(v) for _, v in generate_events(GeneratorSpec(count=60, seed=3))]

@@ -23,6 +23,7 @@ import pytest
 from support.drivers import coords, iceberg_config, produced
 from support.s3_fixtures import S3Server
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.instant import (
@@ -53,7 +54,6 @@ from pipeline.storage.s3 import (
     journal_store_for,
 )
 from pipeline.storage.s3_settings import S3Settings
-from pipeline.tools.generator import GeneratorSpec, produce
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
@@ -595,9 +595,9 @@ def table_rows(committer: IcebergCommitter) -> list[int]:
 
 
 def test_sinks_timeline_lives_beside_the_table_on_s3(s3_server: S3Server, tmp_path: Path) -> None:
+    from lab.generator import event_schema_fields
     from pipeline.config import parse_config
     from pipeline.formats.iceberg.pipeline_tables import IcebergTables
-    from pipeline.tools.generator import event_schema_fields
 
     wh_bucket = s3_server.new_bucket("sinks")
     cfg = parse_config(

@@ -26,11 +26,11 @@ def test_cleanup_keeps_another_pipelines_pending_files(
 ) -> None:
     from support.drivers import coords, iceberg_config, produced
 
+    from lab.generator import GeneratorSpec, produce
     from pipeline.app import Pipeline
     from pipeline.commit.instant import InstantState
     from pipeline.config import parse_config
     from pipeline.maintenance_scheduler import Maintenance
-    from pipeline.tools.generator import GeneratorSpec, produce
     from tests.test_hudi_pipeline import coords as hudi_coords
     from tests.test_hudi_pipeline import hudi_config
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from support.drivers import produced
 from support.kafka_fixtures import KafkaTestBroker, unique_topic
 
-from pipeline.tools.generator import GeneratorSpec, produce
+from lab.generator import GeneratorSpec, produce
 
 Coord = tuple[str, int, int]
 

@@ -32,12 +32,12 @@ from support.kafka_fixtures import (
     produce_in_segments,
 )
 
+from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
 from pipeline.config import parse_config
 from pipeline.errors import find_pipeline_error
 from pipeline.source.choice import PYTHON_READER_SINCE
 from pipeline.source.spark_line import spark_version
-from pipeline.tools.generator import GeneratorSpec, produce
 
 pytestmark = pytest.mark.core  # the exactly-once core: CI runs it on every Spark line
 

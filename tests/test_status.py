@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.observe.metrics import PipelineMetrics
 from pipeline.observe.runstate import FILE_NAME, read_run_state, record_run_state
-from pipeline.tools.status import run_status
+from pipeline.ops.status import run_status
 
 
 def _cfg(tmp_path: Path, checkpoint: str | None = None, **metrics: object) -> PipelineConfig:

@@ -27,13 +27,13 @@ import pytest
 import yaml
 from support.kafka_fixtures import KafkaTestBroker
 
+from lab.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
 from pipeline.app import Pipeline
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
 from pipeline.observe.runstate import read_run_state
-from pipeline.tools.generator import GeneratorSpec, ProduceResult, event_schema_fields, produce
-from pipeline.tools.verify import VerifyReport, compare, verify_pipeline
-from pipeline.tools.verify.range_ledger import (
+from pipeline.ops.verify import VerifyReport, compare, verify_pipeline
+from pipeline.ops.verify.range_ledger import (
     CommitRanges,
     count_window,
     inside,
@@ -570,7 +570,7 @@ def test_status_after_a_data_loss_stop(
 
 def test_value_decoder_bisects_to_the_undecodable_records() -> None:
     from pipeline.config import DecodeConfig
-    from pipeline.tools.verify.payload import ValueDecoder
+    from pipeline.ops.verify.payload import ValueDecoder
 
     decoder = ValueDecoder(
         DecodeConfig.model_validate(

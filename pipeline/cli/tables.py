@@ -32,8 +32,8 @@ def status(config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Running or stopped (and the last error), the instant journal, the table(s)' last
     batch, and per partition: log start, high watermark, committed offset, lag and the
     records already deleted below the log start."""
-    from pipeline.tools.status import print_status
-    from pipeline.tools.verify.render import untruncated
+    from pipeline.ops.status import print_status
+    from pipeline.ops.verify.render import untruncated
 
     cfg = load_config(config, set_)
     require_tables(cfg, "show")
@@ -75,7 +75,7 @@ def compact(
     in one replace commit each, the ingest checkpoint unchanged. Safe beside a running
     pipeline. With --orphans: remove unreferenced data files instead."""
     from pipeline.config import seconds_of
-    from pipeline.tools.compact import run_compact
+    from pipeline.ops.compact import run_compact
 
     if not orphans:
         given = [flag for flag, v in (("--dry-run", dry_run), ("--older-than", older_than)) if v]
@@ -131,8 +131,8 @@ def verify(
     verdict states its coverage: records checked, unverifiable, and why."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from pipeline.tools.verify import verify_pipeline
-    from pipeline.tools.verify.render import print_report, untruncated, write_json
+    from pipeline.ops.verify import verify_pipeline
+    from pipeline.ops.verify.render import print_report, untruncated, write_json
 
     if format_ not in (None, "iceberg", "hudi"):
         raise UsageError(f"--format {format_!r}: allowed: iceberg, hudi")

@@ -98,7 +98,7 @@ class LastBatch:
 
 @dataclass(frozen=True)
 class TableStatus:
-    """What ``ingest status`` shows for one table (``pipeline.tools.status`` renders it)."""
+    """What ``ingest status`` shows for one table (``pipeline.ops.status`` renders it)."""
 
     table: str  # e.g. "table db.events", "Hudi table db.events"
     location: str  # "" when unknown (a table not created yet)

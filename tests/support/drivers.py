@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
+from lab.generator import GeneratorSpec, event_schema_fields, produce
 from pipeline.commit.checkpoint import DATA_LOSS_KEY
 from pipeline.config import parse_config
-from pipeline.tools.generator import GeneratorSpec, event_schema_fields, produce
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

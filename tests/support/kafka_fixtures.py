@@ -8,7 +8,7 @@ Not a conftest: ``conftest.py`` wraps these in session fixtures::
 
 Order: ``KAFKA_BOOTSTRAP_SERVERS`` (an external cluster: tests that kill or pause brokers
 skip, naming it) → testcontainers Kafka when a Docker engine answers (image overridable
-with ``KAFKA_TEST_IMAGE``) → the project's own KRaft node (``pipeline.tools.broker``),
+with ``KAFKA_TEST_IMAGE``) → the project's own KRaft node (``lab.broker``),
 the default everywhere here. Tests of broker faults take ``kafka_cluster3``: three nodes
 with replication factor 3 and ``min.insync.replicas`` 2, whose processes they SIGKILL and
 SIGSTOP.
@@ -28,8 +28,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline.tools.broker import KafkaCluster, await_leaders
-from pipeline.tools.generator import GeneratorSpec, produce
+from lab.broker import KafkaCluster, await_leaders
+from lab.generator import GeneratorSpec, produce
 
 __all__ = [
     "KafkaTestBroker",

@@ -1,6 +1,6 @@
 """librdkafka's mock cluster driven through ctypes: only for injected protocol errors.
 
-Every test, drill and benchmark runs on real Apache Kafka (``pipeline.tools.broker``). This
+Every test, drill and benchmark runs on real Apache Kafka (``lab.broker``). This
 mock stays for what no real broker does on demand: answering chosen requests with chosen
 error codes (``push_request_errors``) and recording the requests it received. It implements
 neither read_committed isolation nor timestamp look-ups, and keeps ~5 MB per partition.

@@ -1,6 +1,6 @@
 """A private PostgreSQL cluster fixture for catalog-outage tests (stop/start at will).
 
-Thin wrapper over :mod:`pipeline.tools.pgcluster`; never touches the shared server on
+Thin wrapper over :mod:`lab.pgcluster`; never touches the shared server on
 5432. Import the fixture into a test module::
 
     from support.pg_fixtures import pg_cluster_fixture  # noqa: F401  (provides ``pg_cluster``)
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.tools.pgcluster import (
+from lab.pgcluster import (
     PgCluster,
     PgClusterUnavailable,
     available,

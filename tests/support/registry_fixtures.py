@@ -1,5 +1,5 @@
 """A real Schema Registry for the tests (Apicurio Registry from Maven Central, started by
-:mod:`pipeline.tools.registry`), and Avro producers in the Confluent wire format.
+:mod:`lab.registry`), and Avro producers in the Confluent wire format.
 
 When the registry cannot start the test skips naming why, or fails under
 ``INGEST_REQUIRE_REGISTRY=1`` (set by the test command: the project fetches it)."""
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from lab.registry import SchemaRegistryServer, start_registry
 from pipeline.errors import EnvironmentProblem
-from pipeline.tools.registry import SchemaRegistryServer, start_registry
 
 Coord = tuple[str, int, int]
 

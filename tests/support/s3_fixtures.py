@@ -1,6 +1,6 @@
-"""The S3-compatible test server (SeaweedFS): :mod:`pipeline.tools.objectstore`, which
+"""The S3-compatible test server (SeaweedFS): :mod:`lab.objectstore`, which
 the drills use too."""
 
-from pipeline.tools.objectstore import S3Server, S3Unavailable, start_seaweedfs
+from lab.objectstore import S3Server, S3Unavailable, start_seaweedfs
 
 __all__ = ["S3Server", "S3Unavailable", "start_seaweedfs"]

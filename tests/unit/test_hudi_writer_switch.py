@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.generator import event_schema_fields
 from pipeline.columns import table_columns
 from pipeline.columns.model import FieldSpec
 from pipeline.errors import ConfigError
@@ -16,7 +17,6 @@ from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.storage import open_location
 from pipeline.formats.hudi_spark.tables import check_table_version
-from pipeline.tools.generator import event_schema_fields
 
 
 def _table(base: Path, version: str) -> None:

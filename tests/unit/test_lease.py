@@ -294,7 +294,7 @@ def test_liveness_link_tells_a_dead_holder_from_a_live_one() -> None:
 
 
 def test_status_names_the_lease_holder(store: JournalStore) -> None:
-    from pipeline.tools.status import _lease_line
+    from pipeline.ops.status import _lease_line
 
     assert _lease_line(store).startswith("none")
     a = Lease(store, "host-a:41", clock=Clock(), endpoint="10.0.0.7:4050")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipeline.tools.peers.checker import Tally, tally
-from pipeline.tools.peers.faults import FaultResult, _outcome
+from lab.peers.checker import Tally, tally
+from lab.peers.faults import FaultResult, _outcome
 
 
 def _rows(triples: list[tuple[str, int, int]]) -> pa.Table:

@@ -1,5 +1,5 @@
 """A re-run of some of the peers section's tables merged into a report
-(pipeline/tools/peers/merge.py): the re-run tables replace the report's whole, the others
+(lab/peers/merge.py): the re-run tables replace the report's whole, the others
 stay, the goals are computed again from what the report now holds, and the report says
 what was merged."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.tools.peers.merge import merge
-from pipeline.tools.peers.section import check_choice
+from lab.peers.merge import merge
+from lab.peers.section import check_choice
 
 
 def _row(system: str, per_cpu_s: float) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def test_unknown_systems_and_tables_are_refused_in_one_line() -> None:
 
 
 def test_the_reports_command_reruns_the_narrowed_section() -> None:
-    from pipeline.tools.bench.runner import BenchOptions, reproduce_command
+    from lab.bench.runner import BenchOptions, reproduce_command
 
     opts = BenchOptions(only=("peers",), peer=("ingest-iceberg",), peers_part=("throughput",))
     assert reproduce_command(opts) == (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pipeline.tools.ports import free_ports
+from lab.ports import free_ports
 
 
 def _ephemeral_range() -> tuple[int, int]:

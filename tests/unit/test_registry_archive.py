@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tools.registry import RegistryStartError, extract_checked
+from lab.registry import RegistryStartError, extract_checked
 
 
 def _archive(path: Path, members: list[tarfile.TarInfo]) -> Path:

@@ -1,5 +1,5 @@
 """A drill's recoveries split at the recovering driver's milestones
-(pipeline/tools/drill/phases.py, scripts/restart-phases.py), on logs written as the
+(lab/drill/phases.py, scripts/restart-phases.py), on logs written as the
 pipeline and Spark write them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tools.drill.model import DrillResult, FaultEvent
-from pipeline.tools.drill.phases import medians, recoveries
+from lab.drill.model import DrillResult, FaultEvent
+from lab.drill.phases import medians, recoveries
 
 T0 = datetime(2026, 11, 30, 4, 0, 0).timestamp()
 

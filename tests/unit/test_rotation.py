@@ -12,7 +12,7 @@ import pytest
 from support import rotation
 from test_drills import _in_ci_subset
 
-from pipeline.tools.drill.runner import select
+from lab.drill.runner import select
 
 ROOT = Path(__file__).resolve().parents[2]
 

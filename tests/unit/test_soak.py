@@ -1,4 +1,4 @@
-"""The soak drill's pure parts (pipeline/tools/drill/soak_schedule.py, soak_summary.py):
+"""The soak drill's pure parts (lab/drill/soak_schedule.py, soak_summary.py):
 the fault picker, the checkpoint schedule, the pace the schedule reaches on modelled
 timings, the summary. The live soak itself (``ingest drill --soak MINUTES``) is run by
 hand, not in CI."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tools.drill.model import DrillResult, Recovery
-from pipeline.tools.drill.report import read_json, write_json
-from pipeline.tools.drill.soak_schedule import (
+from lab.drill.model import DrillResult, Recovery
+from lab.drill.report import read_json, write_json
+from lab.drill.soak_schedule import (
     AWAIT_WARM,
     CHECKPOINT,
     KILLS,
@@ -24,7 +24,7 @@ from pipeline.tools.drill.soak_schedule import (
     checkpoint_times,
     simulate,
 )
-from pipeline.tools.drill.soak_summary import (
+from lab.drill.soak_summary import (
     SoakLog,
     SoakRecovery,
     percentile,

@@ -10,6 +10,13 @@ OUT="${OUT:-$ROOT/docs/drills/kubernetes}"
 PO_VERSION="${PO_VERSION:-v0.85.0}"   # prometheus-operator, from the Go module proxy
 CHART="$ROOT/helm/ingest"
 eval "$("$ROOT/scripts/k8s-control-plane.sh" env)"
+# shellcheck source=tools.sh
+source "$ROOT/docs/drills/kubernetes/tools.sh"
+need helm "scripts/tools.sh installs it (with kubectl) into .tools/bin"
+need kubectl "scripts/tools.sh installs it (with helm) into .tools/bin"
+need etcd "scripts/k8s-control-plane.sh build builds it (with the API server)"
+need /usr/local/go/bin/go "phase 02 fetches the CRDs with Go, as scripts/k8s-control-plane.sh does"
+serving
 WORK="$(mktemp -d)"
 trap 'chmod -R u+w "$WORK"; rm -rf "$WORK"' EXIT
 # shellcheck source=transcript.sh

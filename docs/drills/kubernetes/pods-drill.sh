@@ -20,6 +20,13 @@ RATE="${RATE:-800}"         # records/s
 PY="$ROOT/.venv/bin/python"
 RUN="$ROOT/.tools/k8s/run"
 eval "$("$ROOT/scripts/k8s-control-plane.sh" env)"
+# shellcheck source=tools.sh
+source "$HERE/tools.sh"
+need helm "scripts/tools.sh installs it (with kubectl) into .tools/bin"
+need kubectl "scripts/tools.sh installs it (with helm) into .tools/bin"
+need ctr "Debian's containerd provides it (scripts/k8s-control-plane.sh node runs it)"
+need "$PY" "scripts/bootstrap.sh makes the venv (the runtime and the lab's ingest produce)"
+serving
 ctr_() { ctr --address "$RUN/containerd/containerd.sock" -n k8s.io "$@"; }
 NODE_IP="$(kubectl get node -o 'jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}')"
 BOOT="$NODE_IP:19092"

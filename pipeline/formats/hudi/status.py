@@ -1,5 +1,5 @@
 """What ``ingest status`` shows for a Hudi table: its timeline and the pipeline's last
-batch there (plain data; ``pipeline.tools.status`` renders it)."""
+batch there (plain data; ``pipeline.ops.status`` renders it)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pipeline.commit.coordinator import make_coordinator
+from pipeline.commit.faults import FaultPoint
 from pipeline.config import PipelineConfig
 from pipeline.observe.base import Observers, PipelineObserver, RunInfo
 from pipeline.runtime.batches import BatchRunner
@@ -90,6 +91,7 @@ class Pipeline:
             on_overlap=cfg.commit.on_overlap,
             faults=self.faults,
             data_loss=self.source.data_loss,
+            on_gap=cfg.commit.on_gap,  # docs/design.md invariant 8
         )
         self.telemetry = Telemetry(
             cfg,
@@ -235,7 +237,7 @@ class Pipeline:
         from pipeline.columns.evolution import describe
 
         applied = self.tables.evolve_schema()
-        self.faults.hit("after-schema-change", None)
+        self.faults.hit(FaultPoint.AFTER_SCHEMA_CHANGE, None)
         if applied:
             log.info(
                 "pipeline %s: table columns evolved: %s",

@@ -47,8 +47,8 @@ from typing import TypeVar
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.continuity import check_gaps, planned_overlap, starts_exactly_at
-from pipeline.commit.coverage import RecordCounter, coverage, coverage_error
-from pipeline.commit.faults import FaultPoints
+from pipeline.commit.coverage import coverage, coverage_error
+from pipeline.commit.faults import FaultPoint, FaultPoints
 from pipeline.commit.fence import check_fence
 from pipeline.commit.instant import (
     BatchIdentity,
@@ -59,6 +59,7 @@ from pipeline.commit.instant import (
 )
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.recovery import Recovery
 from pipeline.commit.table_ranges import consumed_ranges
 from pipeline.commit.types import (
@@ -67,6 +68,8 @@ from pipeline.commit.types import (
     BatchOutcome,
     DataLossFn,
     Outcome,
+    RecordCounter,
+    Recovered,
     RereadFn,
     StagedBatch,
     TableCommitter,
@@ -183,7 +186,7 @@ class Coordinator:
         (gap rewind, repairs); ``count``: the broker's records in ranges read with holes
         (the coverage check's oracle)."""
         t0 = time.monotonic()
-        recovered: list[tuple[str, str]] = []
+        recovered: list[tuple[str, Recovered]] = []
         self._count = count
         if not self.recovered:  # operator 1, first batch of a run only
             self._fresh(self.check_epoch)  # recovery decides on what the tables hold now
@@ -211,14 +214,14 @@ class Coordinator:
         for table in (self.main, self.dead_letter):
             if table is not None:
                 table.begin(instant)
-        self.faults.hit("after-requested", batch_id)
+        self.faults.hit(FaultPoint.AFTER_REQUESTED, batch_id)
         t1 = time.monotonic()
         staged = write(staged_write_id(self.pipeline_id, instant), previous)
         t2 = time.monotonic()
-        self.faults.hit("after-write", batch_id)
+        self.faults.hit(FaultPoint.AFTER_WRITE, batch_id)
         inflight = self._precommit(instant, batch, start, end, previous, staged)
         t3 = time.monotonic()
-        self.faults.hit("after-precommit", batch_id)
+        self.faults.hit(FaultPoint.AFTER_PRECOMMIT, batch_id)
         outcome = self._commit(inflight, batch_id)
         outcome.recovered = recovered
         outcome.unknown_field_records = staged.unknown_field_records
@@ -367,11 +370,11 @@ class Coordinator:
         dead = [f.descriptor for f in dead_files]
         if dead and self.dead_letter is not None and not self.dead_letter.is_committed(b, inf.end):
             self.dead_letter.commit(dead, checkpoint)
-        self.faults.hit("after-dead-letter-commit", batch_id)
+        self.faults.hit(FaultPoint.AFTER_DEAD_LETTER_COMMIT, batch_id)
         self.main.commit([f.descriptor for f in main_files], checkpoint)
-        self.faults.hit("after-commit", batch_id)
+        self.faults.hit(FaultPoint.AFTER_COMMIT, batch_id)
         self.timeline.complete(inf.time)
-        self.faults.hit("after-commit-before-checkpoint", batch_id)
+        self.faults.hit(FaultPoint.AFTER_COMMIT_BEFORE_CHECKPOINT, batch_id)
         return BatchOutcome(
             batch_id,
             Outcome.COMMITTED,
@@ -402,18 +405,12 @@ def make_coordinator(
     faults: FaultPoints | None = None,
     data_loss: DataLossFn | None = None,
     on_gap: str = "fail",
-) -> Coordinator | AtLeastOnceCoordinator:
+) -> BatchCoordinator:
     """The coordinator of a pipeline: exactly-once with a journal ``timeline``, else the
-    at-least-once baseline (no journal, no fencing)."""
+    at-least-once baseline (no journal, no fencing, no dedupe: ``on_overlap``,
+    ``on_gap``, ``faults`` and ``data_loss`` are the exactly-once path's)."""
     if timeline is None:
-        return AtLeastOnceCoordinator(
-            pipeline_id,
-            main,
-            dead_letter,
-            on_overlap=on_overlap,
-            faults=faults,
-            data_loss=data_loss,
-        )
+        return AtLeastOnceCoordinator(pipeline_id, main, dead_letter)
     return Coordinator(
         pipeline_id,
         main,

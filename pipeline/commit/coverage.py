@@ -14,17 +14,14 @@ batch's end), so "the committed offset" is the only start that is not a gap.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline.commit.offsets import TopicPartition
-from pipeline.commit.types import PartitionStats
+from pipeline.commit.types import PartitionStats, Range, RecordCounter
 from pipeline.errors import CoverageError, GapError
 
-Range = tuple[int, int]
-# ranges -> records the broker delivers in each (read_committed: markers, aborted and
-# compacted-away offsets are not records); asked only for ranges read with holes
-RecordCounter = Callable[[Mapping[TopicPartition, Range]], Mapping[TopicPartition, int]]
+__all__ = ["Range", "ReadIssue", "RecordCounter", "coverage", "coverage_error", "gap_error", "gaps"]
 
 
 def gaps(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.commit.faults import FaultPoints
+from pipeline.commit.faults import FaultPoint, FaultPoints
 from pipeline.commit.instant import Instant, InstantState, staged_write_id
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.types import DEAD_LETTER, MAIN, TableCommitter
@@ -92,7 +92,7 @@ class PendingInstants:
             paths = [f.path for f in listed if f.table == name]
             first, rest = paths[:1], paths[1:]
             deleted += table.delete_files(first)
-            self.faults.hit("during-rollback", batch_id)
+            self.faults.hit(FaultPoint.DURING_ROLLBACK, batch_id)
             deleted += table.delete_files(rest)
             deleted += table.delete_files(
                 table.orphan_files(staged_write_id(self.pipeline_id, inst.time))

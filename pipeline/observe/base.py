@@ -21,11 +21,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline.commit.maintenance import CompactionResult, FileStats, OrphanResult
 from pipeline.commit.offsets import TopicPartition
 from pipeline.commit.types import BatchOutcome
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 MaintenanceResult = CompactionResult | OrphanResult | FileStats
 
@@ -46,7 +49,7 @@ class RunInfo:
     #: the writer epoch this driver commits with (0 in at-least-once mode)
     epoch: int = 0
     #: the ``StreamingQuery`` (``isActive`` / ``exception()``), for readiness
-    query: Any = None
+    query: StreamingQuery | None = None
 
 
 class PipelineObserver(Protocol):
@@ -121,7 +124,7 @@ class Observers:
 
     def outcome(self, outcome: BatchOutcome) -> None:
         self._each(
-            f"on_outcome (batch {getattr(outcome, 'batch_id', '?')})",
+            f"on_outcome (batch {outcome.batch_id})",
             lambda o: o.on_outcome(outcome),
         )
 

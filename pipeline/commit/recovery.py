@@ -43,7 +43,8 @@ from pipeline.commit.instant import BatchIdentity, Inflight, Instant, InstantSta
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.pending import PendingInstants
-from pipeline.commit.types import BatchOutcome, Outcome, Recovered, TableCommitter
+from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import BatchOutcome, Outcome, Recovered
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +58,17 @@ class Recovery:
     def __init__(
         self,
         pipeline_id: str,
-        main: TableCommitter,
-        dead_letter: TableCommitter | None,
+        tables: CommitTables,
         *,
         timeline: InstantTimeline,
         faults: FaultPoints,
         commit: CommitFn,
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.main = main
+        self.main = tables.main
         self.timeline = timeline
         self._commit = commit
-        self._pending = PendingInstants(pipeline_id, main, dead_letter, timeline, faults)
+        self._pending = PendingInstants(pipeline_id, tables, timeline, faults)
         # instants rolled back although their dead letters are committed (main files lost):
         # the coordinator commits their main rows alone before anything else (repair),
         # then hands each back to ``repaired``

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.instant import BatchIdentity, Inflight
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 
 # the two tables of a pipeline, as named in the journal's staged-file lists
@@ -156,6 +156,28 @@ class BatchOutcome:
     epoch: int | None = None  # the writer epoch the commit carried (None: no epoch)
     unknown_field_records: int = 0  # written by this run's workers (not by a recommit)
     unknown_fields: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of_commit(cls, batch_id: int, inf: Inflight, epoch: int, seconds: float) -> BatchOutcome:
+        """The outcome of committing the precommitted ``inf`` (in ``seconds``)."""
+        main_files, dead_files = inf.files_of(MAIN), inf.files_of(DEAD_LETTER)
+        return cls(
+            batch_id,
+            Outcome.COMMITTED,
+            instant=inf.time,
+            records=inf.records,
+            dead_letter_records=inf.dead_letter_records,
+            overlap_dropped=inf.overlap_dropped,
+            files=len(inf.files),
+            ranges=inf.ranges,
+            committed=inf.committed,
+            timings={"commit": seconds},
+            bytes=sum(f.size for f in main_files),
+            dead_letter_files=len(dead_files),
+            dead_letter_bytes=sum(f.size for f in dead_files),
+            data_loss=dict(inf.data_loss),
+            epoch=epoch,
+        )
 
 
 # write(write_id, drop_below) -> staged files; drop_below: offsets under it are dropped

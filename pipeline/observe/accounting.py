@@ -22,6 +22,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from pipeline.commit.offsets import TopicPartition
 from pipeline.commit.types import BatchOutcome, Outcome, Recovered
+from pipeline.errors import is_fencing_error, one_line
 
 # the exporter's log lines keep the logger name they always had
 log = logging.getLogger("pipeline.observe.metrics")
@@ -52,35 +53,6 @@ COMMITTING_OUTCOMES = frozenset({Outcome.COMMITTED, Outcome.RECOMMITTED})
 PHASES: tuple[str, ...] = ("request", "write", "precommit", "commit", "recovery")
 #: Label value standing in for topics / partitions beyond the cardinality caps.
 OTHER = "_other"
-
-
-def one_line(exc: BaseException | str, limit: int = 300) -> str:
-    """A short single-line reason: the pipeline error message when one is inside."""
-    if isinstance(exc, str):
-        text = exc
-    else:
-        from pipeline.errors import find_pipeline_error
-
-        text = find_pipeline_error(exc) or f"{type(exc).__name__}: {exc}"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def is_fencing_error(exc: BaseException) -> bool:
-    """A newer writer epoch owns the table (also when Spark wrapped the error)."""
-    from pipeline.errors import FencedError
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, FencedError):
-            return True
-        desc = getattr(cur, "desc", None)
-        if "[ingest:fenced]" in str(cur) or (isinstance(desc, str) and "[ingest:fenced]" in desc):
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def split_by_weight(total: int, weights: Mapping[str, int]) -> dict[str, int]:

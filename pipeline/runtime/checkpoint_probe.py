@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, one_line
 
 _PROBE = ".ingest-probe-"
 
@@ -50,8 +50,8 @@ def local_path(location: str, spark_conf: Mapping[str, str] | None = None) -> st
     return os.path.abspath(os.path.expanduser(location))
 
 
-def _fail(location: str, why: object) -> CheckpointLocationError:
-    text = " ".join(str(why).split())[:300]
+def _fail(location: str, why: str) -> CheckpointLocationError:
+    text = one_line(why)
     return CheckpointLocationError(f"checkpointLocation {location!r} is not usable: {text}")
 
 
@@ -118,4 +118,4 @@ def _probe_hadoop(location: str, spark: Any) -> None:
             fs.delete(path, False)
     except Exception as e:
         java = getattr(e, "java_exception", None)
-        raise _fail(location, java.toString() if java is not None else e) from None
+        raise _fail(location, str(java.toString()) if java is not None else str(e)) from None

@@ -31,7 +31,11 @@ from pipeline.runtime.stats import RunStats
 from pipeline.runtime.streams import start_stream, trigger_of
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
     from pipeline.formats.base import PipelineTables
+    from pipeline.maintenance_scheduler import BackgroundMaintenance
     from pipeline.observe.metrics import PipelineMetrics
 
 log = logging.getLogger(__name__)
@@ -42,7 +46,7 @@ __all__ = ["Pipeline", "RunStats", "check_locally"]
 class Pipeline:
     """Runs the parts :func:`~pipeline.runtime.composition.compose` builds."""
 
-    def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
+    def __init__(self, cfg: PipelineConfig, spark: SparkSession | None = None) -> None:
         parts = compose(cfg, spark)
         self.cfg = parts.cfg
         self.faults = parts.faults
@@ -63,18 +67,18 @@ class Pipeline:
 
     # -- what other code uses (CLI, tools, tests) ---------------------------------------
     @property
-    def spark(self) -> Any:
+    def spark(self) -> SparkSession:
         return self._session.get()
 
     @property
-    def metrics(self) -> Any:
+    def metrics(self) -> PipelineMetrics | None:
         """The attached ``PipelineMetrics`` (:meth:`attach_metrics`), else None."""
         return self.telemetry.metrics
 
     def check_broker(self) -> None:
         self.source.check_broker()
 
-    def process_batch(self, df: Any, batch_id: int) -> None:
+    def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: one batch through the coordinator (:mod:`pipeline.runtime.batches`)."""
         self.batches.process_batch(df, batch_id)
 
@@ -83,7 +87,7 @@ class Pipeline:
         query's end (:mod:`pipeline.observe.base`)."""
         self.observers.add(observer)
 
-    def run_info(self, query: Any = None) -> RunInfo:
+    def run_info(self, query: StreamingQuery | None = None) -> RunInfo:
         """The pipeline's committed state as its main table(s) hold it (any format)."""
         return self.telemetry.run_info(query)
 
@@ -106,7 +110,7 @@ class Pipeline:
         self.stopping.request()
 
     # -- the query ----------------------------------------------------------------------
-    def start(self) -> Any:
+    def start(self) -> StreamingQuery:
         """Start the streaming query; observers get ``on_start`` (``on_failure`` when it
         cannot start, e.g. fenced)."""
         try:
@@ -118,7 +122,7 @@ class Pipeline:
             self.observers.start(self.telemetry.start_info(query))
         return query
 
-    def _start_query(self) -> Any:
+    def _start_query(self) -> StreamingQuery:
         if not self._broker_checked:  # run() already checked it
             self.check_broker()
         location = self.cfg.checkpoint_location
@@ -227,7 +231,8 @@ class Pipeline:
                     self.stopping.stop_between_batches(query, self.lease.keep)
                     break
                 try:
-                    query.awaitTermination(0.5)
+                    # seconds, as a float: pyspark's hint says int, its code multiplies
+                    query.awaitTermination(0.5)  # type: ignore[arg-type]
                 except Exception as e:  # a batch refused while halting ends the query
                     if not self.stopping.is_halt(e):
                         self._raise_failure(e)
@@ -260,7 +265,7 @@ class Pipeline:
             raise explained from error
         raise error
 
-    def _start_maintenance(self) -> Any:
+    def _start_maintenance(self) -> BackgroundMaintenance | None:
         """Background compaction, orphan cleanup and file statistics (``maintenance.*``),
         on tables of its own; never fails the run."""
         from pipeline.commit.faults import FaultPoints
@@ -282,7 +287,7 @@ class Pipeline:
 
 def run_following_registry(
     cfg: PipelineConfig,
-    spark: Any | None = None,
+    spark: SparkSession | None = None,
     *,
     started: Callable[[Pipeline], None] | None = None,
     **run_args: Any,

@@ -19,9 +19,9 @@ An observer's own exception is logged and never fails a batch or the run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pipeline.commit.maintenance import CompactionResult, FileStats, OrphanResult
 from pipeline.commit.offsets import TopicPartition
@@ -86,7 +86,7 @@ class Observer:
 class OutcomeCallback(Observer):
     """``fn(outcome)`` for every batch outcome."""
 
-    def __init__(self, fn: Callable[[Any], None]) -> None:
+    def __init__(self, fn: Callable[[BatchOutcome], None]) -> None:
         self._fn = fn
 
     def on_outcome(self, outcome: BatchOutcome) -> None:
@@ -106,7 +106,7 @@ class Observers:
         if observer in self._observers:
             self._observers.remove(observer)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[PipelineObserver]:
         return iter(list(self._observers))
 
     def __len__(self) -> int:

@@ -6,10 +6,11 @@
                       one table commit per batch
 
 The driver process holds the coordinator and the metrics registry; the source's planner
-and the writers run in Spark's Python workers. :class:`Pipeline` composes the driver's
-jobs, one per module of :mod:`pipeline.runtime`: the checkpoint probe, the source
-settings (broker check, options), the batch runner, telemetry (metrics, batch log), the
-fence guard, graceful stop and the warm-standby lease; background maintenance is
+and the writers run in Spark's Python workers. :mod:`pipeline.runtime.composition` builds
+the driver's jobs, one per module of :mod:`pipeline.runtime`: the checkpoint probe, the
+source settings (broker check, options), the batch runner, telemetry (metrics, batch
+log), the fence guard, graceful stop and the warm-standby lease; :class:`Pipeline` runs
+them (start, the run loop, stop); background maintenance is
 :mod:`pipeline.maintenance_scheduler`.
 """
 
@@ -21,21 +22,20 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pipeline.commit.coordinator import make_coordinator
+from pipeline.commit.faults import FaultPoint
 from pipeline.config import PipelineConfig
-from pipeline.observe.base import Observers, PipelineObserver, RunInfo
-from pipeline.runtime.batches import BatchRunner
+from pipeline.observe.base import PipelineObserver, RunInfo
 from pipeline.runtime.checkpoint_probe import needs_spark, probe_checkpoint_location
-from pipeline.runtime.fencing import FenceGuard
-from pipeline.runtime.source_settings import SourceSettings
+from pipeline.runtime.composition import check_locally, compose
 from pipeline.runtime.stats import RunStats
-from pipeline.runtime.stopping import StopControl
-from pipeline.runtime.streams import SparkHandle, start_stream, trigger_of
-from pipeline.runtime.telemetry import Telemetry
-from pipeline.runtime.warm_standby import LeaseHolder
+from pipeline.runtime.streams import start_stream, trigger_of
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
     from pipeline.formats.base import PipelineTables
+    from pipeline.maintenance_scheduler import BackgroundMaintenance
     from pipeline.observe.metrics import PipelineMetrics
 
 log = logging.getLogger(__name__)
@@ -43,113 +43,42 @@ log = logging.getLogger(__name__)
 __all__ = ["Pipeline", "RunStats", "check_locally"]
 
 
-def check_locally(cfg: PipelineConfig, spark: Any | None = None) -> None:
-    """What can be refused without the network, before anything is created or an epoch
-    taken: the declared column types, every local path the run writes, a local checkpoint
-    location (created, written, removed). The CLI runs it before the broker check."""
-    from pipeline.columns import table_columns
-    from pipeline.formats.registry import table_format
-    from pipeline.preflight import check_paths
-    from pipeline.source.choice import reader_name
-
-    reader_name(cfg.source.reader)  # a reader this Spark cannot run: refused in one line
-    if not cfg.decode.registry_format or cfg.decode.schema_:  # else: from the registry, later
-        table_columns(cfg.decode.field_specs(), raw=cfg.decode.raw)
-    check_paths(cfg, table_format(cfg).writable_paths(cfg))
-    probe_checkpoint_location(cfg.checkpoint_location, spark=spark)  # local: no JVM
-
-
 class Pipeline:
-    def __init__(self, cfg: PipelineConfig, spark: Any | None = None) -> None:
-        from pipeline.commit.faults import FaultPoints
-        from pipeline.decode.registry.table_schema import resolve_registry_schema
-        from pipeline.decode.registry.watch import schema_watch
-        from pipeline.formats.base import WritesBatches
-        from pipeline.formats.registry import table_format
+    """Runs the parts :func:`~pipeline.runtime.composition.compose` builds."""
 
-        given, cfg = cfg, resolve_registry_schema(cfg)  # a registry format: columns, pinned
-        fmt = table_format(cfg)
-        check_locally(cfg, spark)
-        self.cfg = cfg
-        self.faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
-        self.format = fmt
-        self.tables: PipelineTables = fmt.open_tables(cfg, self.faults)
-        self.source = SourceSettings(cfg, self.tables.main)
-        needs = self.tables.spark_needs if isinstance(self.tables, WritesBatches) else None
-        self._session = SparkHandle(cfg, self.source.reader, spark, needs)
-        self.stats = RunStats()
-        # metrics exporter, batch log, progress displays (pipeline.observe.base)
-        self.observers = Observers()
-        exactly_once = cfg.commit.mode == "exactly-once"
-        self.timeline = self.tables.timeline(cfg.id) if exactly_once else None
-        self.coordinator = make_coordinator(
-            cfg.id,
-            self.tables.main,
-            self.tables.dead_letter,
-            timeline=self.timeline,
-            on_overlap=cfg.commit.on_overlap,
-            faults=self.faults,
-            data_loss=self.source.data_loss,
-        )
-        self.telemetry = Telemetry(
-            cfg,
-            format_name=fmt.name,
-            tables=self.tables,
-            timeline=self.timeline,
-            coordinator=self.coordinator,
-            observers=self.observers,
-            consumer_conf=self.source.consumer_conf,
-        )
-        self.fence = FenceGuard(self.stats, self.observers, self.coordinator.check_epoch)
-        self.stopping = StopControl(self.stats, cfg.run.stop_timeout_seconds)
-        self.batches = BatchRunner(
-            cfg,
-            tables=self.tables,
-            coordinator=self.coordinator,
-            timeline=self.timeline,
-            faults=self.faults,
-            source=self.source,
-            stats=self.stats,
-            observers=self.observers,
-            fence=self.fence,
-            stop=self.stopping,
-            spark=self._session.get,
-            schema_check=watch.check if (watch := schema_watch(given, cfg)) else None,
-        )
-        self.lease = LeaseHolder(
-            cfg,
-            timeline=self.timeline,
-            spark=self._session.get,
-            source=self.source,
-            open_table=self.telemetry.run_info,
-            stop=self.stopping,
-            fence=self.fence,
-        )
+    def __init__(self, cfg: PipelineConfig, spark: SparkSession | None = None) -> None:
+        parts = compose(cfg, spark)
+        self.cfg = parts.cfg
+        self.faults = parts.faults
+        self.format = parts.format
+        self.tables: PipelineTables = parts.tables
+        self.source = parts.source
+        self._session = parts.session
+        self.stats = parts.stats
+        self.observers = parts.observers
+        self.timeline = parts.timeline
+        self.coordinator = parts.coordinator
+        self.telemetry = parts.telemetry
+        self.fence = parts.fence
+        self.stopping = parts.stopping
+        self.batches = parts.batches
+        self.lease = parts.lease
         self._broker_checked = False
 
     # -- what other code uses (CLI, tools, tests) ---------------------------------------
     @property
-    def spark(self) -> Any:
+    def spark(self) -> SparkSession:
         return self._session.get()
 
     @property
-    def metrics(self) -> Any:
+    def metrics(self) -> PipelineMetrics | None:
         """The attached ``PipelineMetrics`` (:meth:`attach_metrics`), else None."""
         return self.telemetry.metrics
 
     def check_broker(self) -> None:
         self.source.check_broker()
 
-    def source_options(self) -> dict[str, str]:
-        return self.source.options()
-
-    def resolve_starting_offsets(self) -> str:
-        return self.source.resolve_starting_offsets()
-
-    def sources_conf(self) -> dict[str, Any]:
-        return self.source.consumer_conf()
-
-    def process_batch(self, df: Any, batch_id: int) -> None:
+    def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: one batch through the coordinator (:mod:`pipeline.runtime.batches`)."""
         self.batches.process_batch(df, batch_id)
 
@@ -158,10 +87,7 @@ class Pipeline:
         query's end (:mod:`pipeline.observe.base`)."""
         self.observers.add(observer)
 
-    def remove_observer(self, observer: PipelineObserver) -> None:
-        self.observers.remove(observer)
-
-    def run_info(self, query: Any = None) -> RunInfo:
+    def run_info(self, query: StreamingQuery | None = None) -> RunInfo:
         """The pipeline's committed state as its main table(s) hold it (any format)."""
         return self.telemetry.run_info(query)
 
@@ -183,12 +109,8 @@ class Pipeline:
         (never raises into a py4j call) and from any thread; repeated calls are no-ops."""
         self.stopping.request()
 
-    @property
-    def stop_requested(self) -> bool:
-        return self.stopping.requested
-
     # -- the query ----------------------------------------------------------------------
-    def start(self) -> Any:
+    def start(self) -> StreamingQuery:
         """Start the streaming query; observers get ``on_start`` (``on_failure`` when it
         cannot start, e.g. fenced)."""
         try:
@@ -200,7 +122,7 @@ class Pipeline:
             self.observers.start(self.telemetry.start_info(query))
         return query
 
-    def _start_query(self) -> Any:
+    def _start_query(self) -> StreamingQuery:
         if not self._broker_checked:  # run() already checked it
             self.check_broker()
         location = self.cfg.checkpoint_location
@@ -235,7 +157,7 @@ class Pipeline:
         from pipeline.columns.evolution import describe
 
         applied = self.tables.evolve_schema()
-        self.faults.hit("after-schema-change", None)
+        self.faults.hit(FaultPoint.AFTER_SCHEMA_CHANGE, None)
         if applied:
             log.info(
                 "pipeline %s: table columns evolved: %s",
@@ -309,7 +231,8 @@ class Pipeline:
                     self.stopping.stop_between_batches(query, self.lease.keep)
                     break
                 try:
-                    query.awaitTermination(0.5)
+                    # seconds, as a float: pyspark's hint says int, its code multiplies
+                    query.awaitTermination(0.5)  # type: ignore[arg-type]
                 except Exception as e:  # a batch refused while halting ends the query
                     if not self.stopping.is_halt(e):
                         self._raise_failure(e)
@@ -342,7 +265,7 @@ class Pipeline:
             raise explained from error
         raise error
 
-    def _start_maintenance(self) -> Any:
+    def _start_maintenance(self) -> BackgroundMaintenance | None:
         """Background compaction, orphan cleanup and file statistics (``maintenance.*``),
         on tables of its own; never fails the run."""
         from pipeline.commit.faults import FaultPoints
@@ -364,7 +287,7 @@ class Pipeline:
 
 def run_following_registry(
     cfg: PipelineConfig,
-    spark: Any | None = None,
+    spark: SparkSession | None = None,
     *,
     started: Callable[[Pipeline], None] | None = None,
     **run_args: Any,

@@ -12,6 +12,7 @@ wrapped in Spark exceptions; :func:`find_pipeline_error` recovers them by the
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _TAG = re.compile(r"\[ingest:(?P<code>[a-z-]+)\] (?P<msg>[^\n]*)")
 
@@ -130,20 +131,50 @@ class EnvironmentProblem(PipelineError):
     code = "environment"
 
 
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or during (``__cause__``, else
+    ``__context__``), each once: the one walk down an exception's causes."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
 def exception_texts(exc: BaseException) -> list[str]:
     """The messages of ``exc`` and the exceptions it was raised from, Spark's wrappers
     included (a pyspark ``StreamingQueryException`` keeps its text in ``desc``)."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
     texts: list[str] = []
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
+    for cur in causes(exc):
         texts.append(str(cur))
-        desc = getattr(cur, "desc", None)
+        desc = getattr(cur, "desc", None)  # not a dataclass: Spark's wrappers, when present
         if isinstance(desc, str):
             texts.append(desc)
-        cur = cur.__cause__ or cur.__context__
     return texts
+
+
+def is_fencing_error(exc: BaseException) -> bool:
+    """A newer writer epoch owns the table (also when Spark wrapped the error)."""
+    return any(isinstance(cur, FencedError) for cur in causes(exc)) or any(
+        "[ingest:fenced]" in text for text in exception_texts(exc)
+    )
+
+
+def one_line(exc: BaseException | str, limit: int = 300) -> str:
+    """A short single-line reason for ``exc``: the pipeline error message inside it (also
+    when Spark wrapped it), else its type and the first line of its message; whitespace
+    collapsed, at most ``limit`` characters."""
+    if isinstance(exc, str):
+        text = exc
+    else:
+        found = find_pipeline_error(exc)
+        if found is None:
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+            found = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        text = found
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def find_pipeline_error(exc: BaseException, *, tagged: bool = False) -> str | None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.commit.faults import FaultPoints
+from pipeline.commit.faults import FaultPoint, FaultPoints
 from pipeline.commit.instant import staged_write_id
 from pipeline.commit.maintenance import (
     CompactionPolicy,
@@ -110,7 +110,10 @@ class Maintenance:
         return results
 
     def _fault_point(self, step: str) -> None:
-        self.faults.hit(f"compaction-after-{'write' if step == 'written' else 'commit'}")
+        written = step == "written"
+        self.faults.hit(
+            FaultPoint.COMPACTION_AFTER_WRITE if written else FaultPoint.COMPACTION_AFTER_COMMIT
+        )
 
     def remove_orphans(
         self, older_than_s: float | None = None, *, dry_run: bool = False

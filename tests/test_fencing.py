@@ -83,14 +83,18 @@ def _offsets_in_table(sinks: IcebergTables) -> Counter[int]:
 
 
 class _RacingCommitter(IcebergCommitter):
-    """Lets the test act between the zombie's table load and its catalog commit."""
+    """Lets the test act between the zombie's table load and its catalog commit, once
+    ``between`` is set (until then: a plain committer)."""
 
-    def __init__(self, sink: Any, between: Any) -> None:
+    def __init__(self, sink: Any, between: Any = None) -> None:
         super().__init__(sink)
         self.between = between
 
     def commit(self, files: list[bytes], checkpoint: Any) -> None:
         from pipeline.commit.checkpoint import CommitCheckpoint
+
+        if self.between is None:
+            return super().commit(files, checkpoint)
 
         fired = []
 
@@ -115,15 +119,15 @@ def test_zombie_loaded_before_fence_commits_after_it_is_refused(
     inc = "incarnation-1"
 
     zombie_sinks = IcebergTables.from_config(cfg)
-    zombie = Coordinator(cfg.id, zombie_sinks.main, None, timeline=zombie_sinks.timeline(cfg.id))
+    racing = _RacingCommitter(zombie_sinks.main.iceberg)
+    zombie = Coordinator(cfg.id, racing, None, timeline=zombie_sinks.timeline(cfg.id))
     zombie.acquire_epoch("zombie")
     out = zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
     assert out.outcome == "committed"
 
     owner_sinks = IcebergTables.from_config(cfg)
     owner = Coordinator(cfg.id, owner_sinks.main, None, timeline=owner_sinks.timeline(cfg.id))
-    racing = _RacingCommitter(zombie_sinks.main.iceberg, lambda: owner.acquire_epoch("owner"))
-    zombie.main = racing
+    racing.between = lambda: owner.acquire_epoch("owner")
     start, end = PartitionOffsets({TP: 100}), PartitionOffsets({TP: 250})
     with pytest.raises(FencedError, match="epoch"):
         zombie.run_batch(inc, 1, start, end, _writer(zombie_sinks, 100, 250))
@@ -238,7 +242,8 @@ def test_paused_writer_whose_batch_a_newer_writer_recommitted_is_fenced(tmp_path
     cfg = _cfg(tmp_path, {"warehouse": str(tmp_path / "wh")}, name)
     inc = "incarnation-1"
     zombie_sinks = IcebergTables.from_config(cfg)
-    zombie = Coordinator(cfg.id, zombie_sinks.main, None, timeline=zombie_sinks.timeline(cfg.id))
+    racing = _RacingCommitter(zombie_sinks.main.iceberg)
+    zombie = Coordinator(cfg.id, racing, None, timeline=zombie_sinks.timeline(cfg.id))
     zombie.acquire_epoch("zombie")
     zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
     owner_sinks = IcebergTables.from_config(cfg)
@@ -251,7 +256,7 @@ def test_paused_writer_whose_batch_a_newer_writer_recommitted_is_fenced(tmp_path
         write = _writer(owner_sinks, 100, 250, lambda: recomputed.append(1))
         assert owner.run_batch(inc, 1, start, end, write).outcome == "recommitted"
 
-    zombie.main = _RacingCommitter(zombie_sinks.main.iceberg, take_over)
+    racing.between = take_over
     with pytest.raises(FencedError, match="epoch"):
         zombie.run_batch(inc, 1, start, end, _writer(zombie_sinks, 100, 250))
     assert not recomputed

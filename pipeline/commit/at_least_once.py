@@ -16,10 +16,16 @@ from __future__ import annotations
 import time
 
 from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.faults import FaultPoints
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.table_ranges import consumed_ranges
-from pipeline.commit.types import BatchOutcome, DataLossFn, Outcome, TableCommitter, WriteFn
+from pipeline.commit.types import (
+    BatchOutcome,
+    Outcome,
+    RecordCounter,
+    RereadFn,
+    TableCommitter,
+    WriteFn,
+)
 from pipeline.errors import CommitError
 
 
@@ -31,18 +37,11 @@ class AtLeastOnceCoordinator:
         pipeline_id: str,
         main: TableCommitter,
         dead_letter: TableCommitter | None = None,
-        *,
-        on_overlap: str = "drop",
-        faults: FaultPoints | None = None,
-        data_loss: DataLossFn | None = None,
     ) -> None:
         self.pipeline_id = pipeline_id
         self.main = main
         self.dead_letter = dead_letter
         self.epoch = 0  # checkpoints carry epoch 0: no writer epoch in this mode
-        self.on_overlap = on_overlap  # not applied: nothing is deduplicated
-        self.faults = faults or FaultPoints("")
-        self.data_loss = data_loss  # not recorded in this mode
 
     @property
     def exactly_once(self) -> bool:
@@ -63,8 +62,13 @@ class AtLeastOnceCoordinator:
         start: PartitionOffsets | None,
         end: PartitionOffsets,
         write: WriteFn,
+        *,
+        reread: RereadFn | None = None,
+        count: RecordCounter | None = None,
     ) -> BatchOutcome:
-        """No journal, no fencing, no dedupe: plain appends."""
+        """No journal, no fencing, no dedupe: plain appends. Nor the gap and coverage
+        checks (docs/design.md invariant 8) that ``reread`` and ``count`` serve: this
+        mode never asks them."""
         t1 = time.monotonic()
         staged = write(f"alo-{incarnation[:8]}-{batch_id}", PartitionOffsets())
         t2 = time.monotonic()

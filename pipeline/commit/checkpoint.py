@@ -26,7 +26,7 @@ from typing import Any
 
 from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.errors import CommitError
+from pipeline.errors import CommitError, one_line
 
 __all__ = [
     "BATCH_END_KEY",
@@ -112,13 +112,6 @@ def parse_offsets(text: str, key: str) -> dict[TopicPartition, int]:
     return {tp: int(value) for tp, value in parse_nested(text, key)}
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else ""
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 @dataclass(frozen=True)
 class CommitCheckpoint:
     """The consumption checkpoint one table commit records.
@@ -202,7 +195,7 @@ class CommitCheckpoint:
         except (KeyError, ValueError, TypeError) as e:
             raise CommitError(
                 f"snapshot summary of pipeline {pipeline_id!r} has a malformed checkpoint: "
-                f"{_one_line(e)}"
+                f"{one_line(e)}"
             ) from e
 
 

@@ -14,7 +14,7 @@ import logging
 from pipeline.commit.coverage import gap_error, gaps
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.table_ranges import consumed_ranges, overlap
-from pipeline.commit.types import RereadFn, WriteFn
+from pipeline.commit.types import RereadFn, StagedBatch, WriteFn
 from pipeline.errors import GapError, OverlapError
 
 log = logging.getLogger(__name__)
@@ -77,3 +77,20 @@ def planned_overlap(
             f"{len(lapped)} partition(s) overlap"
         )
     return lapped
+
+
+def check_staged_overlap(
+    batch_id: int, staged: StagedBatch, committed: PartitionOffsets, on_overlap: str
+) -> None:
+    """After the write: ``OverlapError`` under ``on_overlap="fail"`` when the workers
+    dropped records the table already holds (a first batch's overlap is known only here)."""
+    if not staged.dropped or on_overlap != "fail":
+        return
+    s0 = next(s for s in staged.stats if s.dropped)
+    tp = TopicPartition(s0.topic, s0.partition)
+    raise OverlapError(
+        f"partition {tp}: batch {batch_id} re-read {s0.dropped} records in "
+        f"[{s0.min_offset}, {committed.get(tp)}) that the table already committed; "
+        "onOverlap=fail "
+        f"({sum(1 for s in staged.stats if s.dropped)} partition(s) overlap)"
+    )

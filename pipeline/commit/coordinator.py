@@ -21,9 +21,14 @@ Operators, per batch (exactly-once mode)
   6. precommit-- INFLIGHT(T): the complete staged-file list and the checkpoint to commit,
                  refused (``CoverageError``) when the tasks' reads do not cover the
                  batch's ranges (invariant 8).
-  7. commit   -- dead letters, then ONE main-table commit carrying the checkpoint, both
-                 refused when a newer writer epoch owns the table (invariant 7); then
-                 COMPLETED(T).
+  7. commit   -- each table of the batch's set in commit order: dead letters, then ONE
+                 main-table commit carrying the checkpoint, each refused when a newer
+                 writer epoch owns the table (invariant 7); then COMPLETED(T).
+
+The tables are a :class:`~pipeline.commit.table_set.CommitTables` (commit order and the
+roll-forward rule are the set's); what one batch carries through the operators -- its
+record counter, timings, recovered instants, how far it got -- is an
+:class:`~pipeline.commit.inflight_batch.InFlightBatch`, never state on the coordinator.
 
 Invariants this code keeps (each has a test)
   * The main-table commit is the only point where a batch becomes visible, and it happens
@@ -46,42 +51,52 @@ from typing import TypeVar
 
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.continuity import check_gaps, planned_overlap, starts_exactly_at
-from pipeline.commit.coverage import RecordCounter, coverage, coverage_error
-from pipeline.commit.faults import FaultPoints
-from pipeline.commit.fence import check_fence
-from pipeline.commit.instant import (
-    BatchIdentity,
-    Inflight,
-    Requested,
-    StagedFile,
-    staged_write_id,
+from pipeline.commit.continuity import (
+    check_gaps,
+    check_staged_overlap,
+    planned_overlap,
+    starts_exactly_at,
 )
+from pipeline.commit.coverage import coverage, coverage_error, planned_reads
+from pipeline.commit.faults import FaultPoint, FaultPoints
+from pipeline.commit.fence import check_fence
+from pipeline.commit.inflight_batch import InFlightBatch
+from pipeline.commit.instant import BatchIdentity, Inflight, Requested, StagedFile, staged_write_id
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
-from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.offsets import PartitionOffsets
+from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.recovery import Recovery
 from pipeline.commit.table_ranges import consumed_ranges
+from pipeline.commit.table_set import COMMIT_ORDER, CommitTables
 from pipeline.commit.types import (
     DEAD_LETTER,
     MAIN,
     BatchOutcome,
     DataLossFn,
     Outcome,
+    RecordCounter,
     RereadFn,
     StagedBatch,
     TableCommitter,
     WriteFn,
 )
-from pipeline.errors import CommitError, OverlapError
+from pipeline.errors import CommitError
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
+#: The fault point after each table's commit in the sequence (hit also when the set has
+#: no such table or the batch nothing for it).
+AFTER_COMMIT_TO = {
+    DEAD_LETTER: FaultPoint.AFTER_DEAD_LETTER_COMMIT,
+    MAIN: FaultPoint.AFTER_COMMIT,
+}
+
 
 class Coordinator:
-    """Commits Spark batches exactly once into a main table and a dead-letter table.
-    Start-up recovery is a :class:`~pipeline.commit.recovery.Recovery` it composes and
-    hands its commit operator (:meth:`_commit`)."""
+    """Commits Spark batches exactly once into a set of tables (a main table and a
+    dead-letter table). Start-up recovery is a :class:`~pipeline.commit.recovery.Recovery`
+    it composes and hands its commit operator (:meth:`_commit`)."""
 
     def __init__(
         self,
@@ -97,23 +112,16 @@ class Coordinator:
         on_gap: str = "fail",
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.on_gap = on_gap
-        self._count: RecordCounter | None = None  # this batch's coverage oracle
-        self.main = main
-        self.dead_letter = dead_letter
+        self.tables = CommitTables(main, dead_letter)
         self.timeline = timeline
         self.epoch = epoch
         self.on_overlap = on_overlap
+        self.on_gap = on_gap
         self.faults = faults or FaultPoints("")
         self.data_loss = data_loss
-        self.recovered = False
+        self._recovery_ran = False  # operator 1 runs on the first batch of a run only
         self.recovery = Recovery(
-            pipeline_id,
-            main,
-            dead_letter,
-            timeline=timeline,
-            faults=self.faults,
-            commit=self._commit,
+            pipeline_id, self.tables, timeline=timeline, faults=self.faults, commit=self._commit
         )
 
     @property
@@ -123,35 +131,30 @@ class Coordinator:
     # -- start-up -----------------------------------------------------------------------
     def acquire_epoch(self, owner: str = "") -> int:
         """Take a writer epoch above every earlier one and fence the tables with it."""
-        known = [self.main.latest_epoch(self.pipeline_id) or 0]
-        if self.dead_letter is not None:
-            known.append(self.dead_letter.latest_epoch(self.pipeline_id) or 0)
+        known = self.tables.latest_epoch(self.pipeline_id)
         earlier_runs = bool(self.timeline.epochs())
-        self.epoch = self.timeline.acquire_epoch(at_least=max(known) + 1, owner=owner)
+        self.epoch = self.timeline.acquire_epoch(at_least=known + 1, owner=owner)
         # With an earlier run on record, it may still be alive and about to create a table
         # with its first commit: the fence then creates the table (empty) so that commit
         # fails. The very first run of a pipeline has no one to fence: tables stay absent
         # until their first commit (docs/design.md invariant 9).
-        self.main.fence(self.pipeline_id, self.epoch, create=earlier_runs)
-        if self.dead_letter is not None:
-            self.dead_letter.fence(self.pipeline_id, self.epoch, create=earlier_runs)
+        self.tables.fence(self.pipeline_id, self.epoch, create=earlier_runs)
         log.info("pipeline %s: writer epoch %d acquired", self.pipeline_id, self.epoch)
         return self.epoch
 
     def check_epoch(self) -> None:
         """Refuse to go on when a newer writer took over (journal or table); a newer epoch
         seen on a cached view of the table is confirmed on a fresh read first."""
-        table = self.main.latest_epoch(self.pipeline_id) or 0
+        main = self.tables.main
+        table = main.latest_epoch(self.pipeline_id) or 0
         if table > self.epoch:
-            table = self._fresh(lambda: self.main.latest_epoch(self.pipeline_id) or 0)
+            table = self._fresh(lambda: main.latest_epoch(self.pipeline_id) or 0)
         check_fence(self.pipeline_id, self.epoch, max([table, *self.timeline.epochs()]))
 
     def _fresh(self, read: Callable[[], _T]) -> _T:
         """``read`` on a fresh read of the tables: a halt, skip, rewind or drop decides on
         it, never on a cached view (docs/design.md invariant 14)."""
-        for table in (self.main, self.dead_letter):
-            if table is not None:
-                table.refresh()
+        self.tables.refresh()
         return read()
 
     def _committed_before(
@@ -160,10 +163,11 @@ class Coordinator:
         """The table's committed offsets this batch continues from. A cached view serves
         only the all-clear (the batch starts exactly there): a first batch, a gap or an
         overlap reads the table fresh before anything is decided on it."""
-        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        main = self.tables.main
+        previous = main.committed_offsets(self.pipeline_id) or PartitionOffsets()
         if not starts_exactly_at(start, end, previous):
             previous = self._fresh(
-                lambda: self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+                lambda: main.committed_offsets(self.pipeline_id) or PartitionOffsets()
             )
         return previous
 
@@ -182,56 +186,37 @@ class Coordinator:
         """One batch. ``reread(start, end)``: a write of other ranges than Spark planned
         (gap rewind, repairs); ``count``: the broker's records in ranges read with holes
         (the coverage check's oracle)."""
-        t0 = time.monotonic()
-        recovered: list[tuple[str, str]] = []
-        self._count = count
-        if not self.recovered:  # operator 1, first batch of a run only
-            self._fresh(self.check_epoch)  # recovery decides on what the tables hold now
-            outcome, recovered = self.recovery.recover(incarnation, batch_id, end)
-            for lost in self.recovery.repairs:
-                assert lost.inflight is not None
-                self._repair(lost.inflight, batch_id, reread)
-                self.recovery.repaired(lost, batch_id)
-            self.recovered = True
-            if outcome is not None:
-                outcome.recovered = recovered
-                return outcome
-        t_rec = time.monotonic()
-        batch = BatchIdentity(self.pipeline_id, incarnation, batch_id)
-        if self.main.is_committed(batch, end) and self._fresh(
-            lambda: self.main.is_committed(batch, end)
+        identity = BatchIdentity(self.pipeline_id, incarnation, batch_id)
+        batch = InFlightBatch(identity, start, end, count)
+        if not self._recovery_ran:  # operator 1
+            recommitted = self._recover(batch, reread)
+            if recommitted is not None:
+                return recommitted
+        batch.lap("recovery")
+        main = self.tables.main
+        if main.is_committed(identity, end) and self._fresh(  # operator 2
+            lambda: main.is_committed(identity, end)
         ):
             log.info("batch %d of %s already committed: replay skipped", batch_id, incarnation)
-            return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=recovered)
+            return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=batch.recovered)
         self.check_epoch()
-        previous = self._committed_before(start, end)
-        start, write = check_gaps(batch_id, start, end, previous, write, reread, self.on_gap)
-        lapped = planned_overlap(batch_id, start, end, previous, self.on_overlap)
-        instant = self._request(batch, start or PartitionOffsets(), end)
-        for table in (self.main, self.dead_letter):
-            if table is not None:
-                table.begin(instant)
-        self.faults.hit("after-requested", batch_id)
-        t1 = time.monotonic()
-        staged = write(staged_write_id(self.pipeline_id, instant), previous)
-        t2 = time.monotonic()
-        self.faults.hit("after-write", batch_id)
-        inflight = self._precommit(instant, batch, start, end, previous, staged)
-        t3 = time.monotonic()
-        self.faults.hit("after-precommit", batch_id)
-        outcome = self._commit(inflight, batch_id)
-        outcome.recovered = recovered
+        previous = self._committed_before(start, end)  # operator 3
+        batch.start, write = check_gaps(batch_id, start, end, previous, write, reread, self.on_gap)
+        lapped = planned_overlap(batch_id, batch.start, end, previous, self.on_overlap)
+        instant = self._request(batch)  # operator 4
+        self.faults.hit(FaultPoint.AFTER_REQUESTED, batch_id)
+        batch.lap("request")  # dedupe + overlap checks, REQUESTED, begin
+        staged = write(staged_write_id(self.pipeline_id, instant), previous)  # operator 5
+        batch.lap("write")
+        self.faults.hit(FaultPoint.AFTER_WRITE, batch_id)
+        inflight = self._precommit(batch, previous, staged)  # operator 6
+        batch.lap("precommit")
+        self.faults.hit(FaultPoint.AFTER_PRECOMMIT, batch_id)
+        outcome = self._commit(inflight, batch_id, batch)  # operator 7
+        outcome.recovered = batch.recovered
         outcome.unknown_field_records = staged.unknown_field_records
         outcome.unknown_fields = list(staged.unknown_fields)
-        outcome.timings.update(
-            {
-                "recovery": t_rec - t0,
-                "request": t1 - t_rec,  # dedupe + overlap checks, REQUESTED, begin
-                "write": t2 - t1,
-                "precommit": t3 - t2,
-                "commit": outcome.timings.get("commit", 0.0),
-            }
-        )
+        outcome.timings.update(batch.timings)
         if staged.dropped:
             log.warning(
                 "batch %d: %d records at already-committed offsets dropped%s",
@@ -241,12 +226,28 @@ class Coordinator:
             )
         return outcome
 
-    def _repair(self, lost: Inflight, batch_id: int, reread: RereadFn | None) -> None:
+    def _recover(self, batch: InFlightBatch, reread: RereadFn | None) -> BatchOutcome | None:
+        """Operator 1: finish every pending instant (repairs first); the outcome when it
+        recommitted ``batch`` itself (the workers then never run)."""
+        self._fresh(self.check_epoch)  # recovery decides on what the tables hold now
+        b = batch.identity
+        outcome, batch.recovered = self.recovery.recover(b.incarnation, b.batch_id, batch.end)
+        for lost in self.recovery.repairs:
+            assert lost.inflight is not None
+            self._repair(lost.inflight, batch, reread)
+            self.recovery.repaired(lost, b.batch_id)
+        self._recovery_ran = True
+        if outcome is not None:
+            outcome.recovered = batch.recovered
+        return outcome
+
+    def _repair(self, lost: Inflight, batch: InFlightBatch, reread: RereadFn | None) -> None:
         """A rolled-back instant whose dead letters are committed but whose main files
         were lost: re-read its ranges and commit them under its own batch identity, so
         ``_commit`` skips the dead letters (already there) and any later batch finds the
         main table at its end (docs/design.md invariant 4)."""
-        if self.main.is_committed(lost.batch, lost.end):
+        main = self.tables.main
+        if main.is_committed(lost.batch, lost.end):
             return
         end = lost.end
         if reread is None or end is None:
@@ -255,18 +256,17 @@ class Coordinator:
                 "ranges cannot be re-read here; nothing committed"
             )
         start = PartitionOffsets({tp: lost.ranges.get(tp, (e, e))[0] for tp, e in end.items()})
-        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
-        instant = self._request(lost.batch, start, end)
-        for table in (self.main, self.dead_letter):
-            if table is not None:
-                table.begin(instant)
+        previous = main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        repair = InFlightBatch(lost.batch, start, end, batch.count)
+        instant = self._request(repair)
         staged = reread(start, end)(staged_write_id(self.pipeline_id, instant), previous)
-        inflight = self._precommit(instant, lost.batch, start, end, previous, staged)
-        self._commit(inflight, batch_id)
-        if self.dead_letter is not None:  # the repair's own copies, never referenced,
+        inflight = self._precommit(repair, previous, staged)
+        self._commit(inflight, batch.batch_id, repair)
+        dead_letter = self.tables.get(DEAD_LETTER)
+        if dead_letter is not None:  # the repair's own copies, never referenced,
             # and its instant on the dead-letter table (never committed there)
-            self.dead_letter.delete_files(f.path for f in inflight.files_of(DEAD_LETTER))
-            self.dead_letter.abort(instant)
+            dead_letter.delete_files(f.path for f in inflight.files_of(DEAD_LETTER))
+            dead_letter.abort(instant)
         log.warning(
             "instant %s: main rows of batch %d (instant %s) re-read and committed",
             instant,
@@ -274,34 +274,32 @@ class Coordinator:
             lost.time,
         )
 
+    def _request(self, batch: InFlightBatch) -> str:
+        """Operator 4: mint an instant time and make REQUESTED durable (re-mint if
+        another writer took the same millisecond); then every table begins it."""
+        start = batch.start or PartitionOffsets()
+        for _ in range(10):
+            instant = self.timeline.mint()
+            try:
+                self.timeline.request(
+                    Requested(instant, batch.identity, self.epoch, start, batch.end)
+                )
+            except AlreadyExists:
+                continue
+            batch.instant = instant
+            self.tables.begin(instant)
+            return instant
+        raise CommitError("could not mint a unique instant time after 10 attempts")
+
     def _precommit(
-        self,
-        instant: str,
-        batch: BatchIdentity,
-        start: PartitionOffsets | None,
-        end: PartitionOffsets,
-        previous: PartitionOffsets,
-        staged: StagedBatch,
+        self, batch: InFlightBatch, previous: PartitionOffsets, staged: StagedBatch
     ) -> Inflight:
         """Operator 6: INFLIGHT(T) with the staged files and the checkpoint to commit."""
-        if staged.dropped and self.on_overlap == "fail":
-            s0 = next(s for s in staged.stats if s.dropped)
-            tp = TopicPartition(s0.topic, s0.partition)
-            raise OverlapError(
-                f"partition {tp}: batch {batch.batch_id} re-read {s0.dropped} records in "
-                f"[{s0.min_offset}, {previous.get(tp)}) that the table already committed; "
-                "onOverlap=fail "
-                f"({sum(1 for s in staged.stats if s.dropped)} partition(s) overlap)"
-            )
-        planned = consumed_ranges(start, end, staged.stats, previous, clip=False)
-        if start is None:  # a checkpoint's first batch starts where Spark's source did:
-            # at or below the table (the workers drop what the table holds), and may end
-            # below it too (checkpoint lost, small batches): then its whole range is overlap
-            first = {TopicPartition(s.topic, s.partition): s.min_offset for s in staged.stats}
-            for tp, e in end.items():
-                s = planned.get(tp, (e, e))[0]
-                planned[tp] = (min(s, first.get(tp, s)), e)
-        issues = coverage(planned, staged.stats, self._count)
+        assert batch.instant is not None, "precommit before the request"
+        start, end = batch.start, batch.end
+        check_staged_overlap(batch.batch_id, staged, previous, self.on_overlap)
+        planned = planned_reads(start, end, staged.stats, previous)
+        issues = coverage(planned, staged.stats, batch.count)
         if issues:
             raise coverage_error(batch.batch_id, issues)
         ranges = consumed_ranges(start, end, staged.stats, previous)
@@ -311,8 +309,8 @@ class Coordinator:
         files = [self._staged(MAIN, d) for d in staged.data_files]
         files += [self._staged(DEAD_LETTER, d) for d in staged.dead_letter_files]
         inflight = Inflight(
-            time=instant,
-            batch=batch,
+            time=batch.instant,
+            batch=batch.identity,
             epoch=self.epoch,
             files=tuple(files),
             ranges=ranges,
@@ -324,22 +322,11 @@ class Coordinator:
             end=end,
         )
         self.timeline.precommit(inflight)
+        batch.inflight = inflight
         return inflight
 
-    def _request(self, batch: BatchIdentity, start: PartitionOffsets, end: PartitionOffsets) -> str:
-        """Mint an instant time and make REQUESTED durable (re-mint if another writer
-        took the same millisecond)."""
-        for _ in range(10):
-            instant = self.timeline.mint()
-            try:
-                self.timeline.request(Requested(instant, batch, self.epoch, start, end))
-                return instant
-            except AlreadyExists:
-                continue
-        raise CommitError("could not mint a unique instant time after 10 attempts")
-
     def _staged(self, table: str, descriptor: bytes) -> StagedFile:
-        committer = self.main if table == MAIN else self.dead_letter
+        committer = self.tables.get(table)
         assert committer is not None
         path, size, records = committer.describe(descriptor)
         return StagedFile(table, path, size, records, descriptor)
@@ -359,36 +346,23 @@ class Coordinator:
             batch_end=inf.end,
         )
 
-    def _commit(self, inf: Inflight, batch_id: int) -> BatchOutcome:
+    def _commit(
+        self, inf: Inflight, batch_id: int, batch: InFlightBatch | None = None
+    ) -> BatchOutcome:
+        """Operator 7 (also recovery's recommit): each table of the set in commit order,
+        the main table's commit carrying the checkpoint last; then COMPLETED(T)."""
         t0 = time.monotonic()
         checkpoint = self._checkpoint(inf)
-        b = inf.batch
-        main_files, dead_files = inf.files_of(MAIN), inf.files_of(DEAD_LETTER)
-        dead = [f.descriptor for f in dead_files]
-        if dead and self.dead_letter is not None and not self.dead_letter.is_committed(b, inf.end):
-            self.dead_letter.commit(dead, checkpoint)
-        self.faults.hit("after-dead-letter-commit", batch_id)
-        self.main.commit([f.descriptor for f in main_files], checkpoint)
-        self.faults.hit("after-commit", batch_id)
+        for name in COMMIT_ORDER:
+            table = self.tables.get(name)
+            if table is not None and self.tables.needs_commit(inf, name):
+                table.commit([f.descriptor for f in inf.files_of(name)], checkpoint)
+                if batch is not None:
+                    batch.committed_to.append(name)
+            self.faults.hit(AFTER_COMMIT_TO[name], batch_id)
         self.timeline.complete(inf.time)
-        self.faults.hit("after-commit-before-checkpoint", batch_id)
-        return BatchOutcome(
-            batch_id,
-            Outcome.COMMITTED,
-            instant=inf.time,
-            records=inf.records,
-            dead_letter_records=inf.dead_letter_records,
-            overlap_dropped=inf.overlap_dropped,
-            files=len(inf.files),
-            ranges=inf.ranges,
-            committed=inf.committed,
-            timings={"commit": time.monotonic() - t0},
-            bytes=sum(f.size for f in main_files),
-            dead_letter_files=len(dead_files),
-            dead_letter_bytes=sum(f.size for f in dead_files),
-            data_loss=dict(inf.data_loss),
-            epoch=checkpoint.epoch,
-        )
+        self.faults.hit(FaultPoint.AFTER_COMMIT_BEFORE_CHECKPOINT, batch_id)
+        return BatchOutcome.of_commit(batch_id, inf, checkpoint.epoch, time.monotonic() - t0)
 
 
 def make_coordinator(
@@ -402,18 +376,12 @@ def make_coordinator(
     faults: FaultPoints | None = None,
     data_loss: DataLossFn | None = None,
     on_gap: str = "fail",
-) -> Coordinator | AtLeastOnceCoordinator:
+) -> BatchCoordinator:
     """The coordinator of a pipeline: exactly-once with a journal ``timeline``, else the
-    at-least-once baseline (no journal, no fencing)."""
+    at-least-once baseline (no journal, no fencing, no dedupe: ``on_overlap``,
+    ``on_gap``, ``faults`` and ``data_loss`` are the exactly-once path's)."""
     if timeline is None:
-        return AtLeastOnceCoordinator(
-            pipeline_id,
-            main,
-            dead_letter,
-            on_overlap=on_overlap,
-            faults=faults,
-            data_loss=data_loss,
-        )
+        return AtLeastOnceCoordinator(pipeline_id, main, dead_letter)
     return Coordinator(
         pipeline_id,
         main,

@@ -14,17 +14,24 @@ batch's end), so "the committed offset" is the only start that is not a gap.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.commit.offsets import TopicPartition
-from pipeline.commit.types import PartitionStats
+from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.table_ranges import consumed_ranges
+from pipeline.commit.types import PartitionStats, Range, RecordCounter
 from pipeline.errors import CoverageError, GapError
 
-Range = tuple[int, int]
-# ranges -> records the broker delivers in each (read_committed: markers, aborted and
-# compacted-away offsets are not records); asked only for ranges read with holes
-RecordCounter = Callable[[Mapping[TopicPartition, Range]], Mapping[TopicPartition, int]]
+__all__ = [
+    "Range",
+    "ReadIssue",
+    "RecordCounter",
+    "coverage",
+    "coverage_error",
+    "gap_error",
+    "gaps",
+    "planned_reads",
+]
 
 
 def gaps(
@@ -114,3 +121,21 @@ def coverage_error(batch_id: int, issues: list[ReadIssue]) -> CoverageError:
         f"batch {batch_id}: the tasks did not read the batch's ranges: {issues[0]}{more}; "
         "nothing was committed (a reader or consumer defect: report it)"
     )
+
+
+def planned_reads(
+    start: PartitionOffsets | None,
+    end: PartitionOffsets,
+    stats: list[PartitionStats],
+    committed: PartitionOffsets,
+) -> dict[TopicPartition, Range]:
+    """The ranges the tasks were to read, the ones :func:`coverage` judges them by."""
+    planned = consumed_ranges(start, end, stats, committed, clip=False)
+    if start is None:  # a checkpoint's first batch starts where Spark's source did:
+        # at or below the table (the workers drop what the table holds), and may end
+        # below it too (checkpoint lost, small batches): then its whole range is overlap
+        first = {TopicPartition(s.topic, s.partition): s.min_offset for s in stats}
+        for tp, e in end.items():
+            s = planned.get(tp, (e, e))[0]
+            planned[tp] = (min(s, first.get(tp, s)), e)
+    return planned

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pipeline.errors import (
     DataLossError,
@@ -133,16 +133,16 @@ class PartitionOffsets(Mapping[TopicPartition, int]):
         return PartitionOffsets(merged)
 
 
-def offsets_with_topic_ids(offsets: PartitionOffsets, ids: Mapping[str, str]) -> dict:
+def offsets_with_topic_ids(offsets: PartitionOffsets, ids: Mapping[str, str]) -> dict[str, Any]:
     """The offset-log form of ``offsets`` with the ids of its topics (those known)."""
-    out: dict = offsets.to_dict()
+    out: dict[str, Any] = dict(offsets.to_dict())
     known = {t: ids[t] for t in out if t in ids}
     if known:
         out[TOPIC_IDS_KEY] = known
     return out
 
 
-def topic_ids_in(logged: Mapping) -> dict[str, str]:
+def topic_ids_in(logged: Mapping[str, Any]) -> dict[str, str]:
     """The topic ids an offset-log entry recorded ({} when written before topic ids)."""
     ids = logged.get(TOPIC_IDS_KEY)
     return {str(t): str(i) for t, i in ids.items()} if isinstance(ids, Mapping) else {}

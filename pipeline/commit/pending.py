@@ -6,17 +6,19 @@ and never decides about pending instants itself.
 
 Invariant (docs/design.md invariant 4): a rollback never deletes a file a table
 references -- an instant whose dead letters are committed keeps them, a partly committed
-multi-table main keeps its files.
+multi-table main keeps its files (the roll-forward rule of
+:class:`~pipeline.commit.table_set.CommitTables`).
 """
 
 from __future__ import annotations
 
 import logging
 
-from pipeline.commit.faults import FaultPoints
+from pipeline.commit.faults import FaultPoint, FaultPoints
 from pipeline.commit.instant import Instant, InstantState, staged_write_id
 from pipeline.commit.journal import InstantTimeline
-from pipeline.commit.types import DEAD_LETTER, MAIN, TableCommitter
+from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import DEAD_LETTER, MAIN
 
 log = logging.getLogger(__name__)
 
@@ -27,44 +29,31 @@ class PendingInstants:
     def __init__(
         self,
         pipeline_id: str,
-        main: TableCommitter,
-        dead_letter: TableCommitter | None,
+        tables: CommitTables,
         timeline: InstantTimeline,
         faults: FaultPoints,
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.main = main
-        self.dead_letter = dead_letter
+        self.tables = tables
         self.timeline = timeline
         self.faults = faults
-
-    def table(self, name: str) -> TableCommitter | None:
-        return self.main if name == MAIN else self.dead_letter
 
     def partly_committed(self, inst: Instant) -> bool:
         """Some table already references the instant's files (dead letters, or one of
         several main tables): it must be finished, never rolled back."""
         b = inst.batch
-        if b is None:
-            return False
-        return self.dead_letters_committed(inst) or self.main.any_committed(b, inst.end)
+        return b is not None and self.tables.holds_any(b, inst.end, inst.inflight)
 
     def dead_letters_committed(self, inst: Instant) -> bool:
         b = inst.batch
-        return (
-            b is not None
-            and self.dead_letter is not None
-            and inst.inflight is not None
-            and bool(inst.inflight.files_of(DEAD_LETTER))
-            and self.dead_letter.is_committed(b, inst.end)
-        )
+        return b is not None and self.tables.holds(DEAD_LETTER, b, inst.end, inst.inflight)
 
     def intact(self, inst: Instant) -> bool:
         """Precommitted, and every staged file still there with its recorded size."""
         if inst.state is not InstantState.INFLIGHT or inst.inflight is None:
             return False
         for f in inst.inflight.files:
-            table = self.table(f.table)
+            table = self.tables.get(f.table)
             if table is None or table.file_size(f.path) != f.size:
                 log.warning(
                     "instant %s: staged file %s missing or changed; rolling back", inst.time, f.path
@@ -74,7 +63,8 @@ class PendingInstants:
 
     def roll_back(self, inst: Instant, batch_id: int) -> None:
         """Delete the instant's listed and orphaned files (those no table references),
-        let each format drop its own pending state, then record the rollback."""
+        let each format drop its own pending state, then record the rollback; the
+        tables in reverse commit order."""
         deleted: list[str] = []
         listed = inst.inflight.files if inst.inflight is not None else ()
         keep_dead = self.dead_letters_committed(inst)
@@ -86,13 +76,13 @@ class PendingInstants:
         keep_main = not keep_dead and self.partly_committed(inst)  # a multi-table main
         if keep_main:
             log.error("instant %s: partly committed but files lost; keeping its files", inst.time)
-        for name, table in ((MAIN, self.main), (DEAD_LETTER, self.dead_letter)):
-            if table is None or (name == DEAD_LETTER and keep_dead) or (name == MAIN and keep_main):
+        for name, table in self.tables.main_first():
+            if (name == DEAD_LETTER and keep_dead) or (name == MAIN and keep_main):
                 continue
             paths = [f.path for f in listed if f.table == name]
             first, rest = paths[:1], paths[1:]
             deleted += table.delete_files(first)
-            self.faults.hit("during-rollback", batch_id)
+            self.faults.hit(FaultPoint.DURING_ROLLBACK, batch_id)
             deleted += table.delete_files(rest)
             deleted += table.delete_files(
                 table.orphan_files(staged_write_id(self.pipeline_id, inst.time))

@@ -43,7 +43,8 @@ from pipeline.commit.instant import BatchIdentity, Inflight, Instant, InstantSta
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.pending import PendingInstants
-from pipeline.commit.types import BatchOutcome, Outcome, TableCommitter
+from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import BatchOutcome, Outcome, Recovered
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +58,17 @@ class Recovery:
     def __init__(
         self,
         pipeline_id: str,
-        main: TableCommitter,
-        dead_letter: TableCommitter | None,
+        tables: CommitTables,
         *,
         timeline: InstantTimeline,
         faults: FaultPoints,
         commit: CommitFn,
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.main = main
+        self.main = tables.main
         self.timeline = timeline
         self._commit = commit
-        self._pending = PendingInstants(pipeline_id, main, dead_letter, timeline, faults)
+        self._pending = PendingInstants(pipeline_id, tables, timeline, faults)
         # instants rolled back although their dead letters are committed (main files lost):
         # the coordinator commits their main rows alone before anything else (repair),
         # then hands each back to ``repaired``
@@ -76,10 +76,10 @@ class Recovery:
 
     def recover(
         self, incarnation: str, batch_id: int, end: PartitionOffsets
-    ) -> tuple[BatchOutcome | None, list[tuple[str, str]]]:
+    ) -> tuple[BatchOutcome | None, list[tuple[str, Recovered]]]:
         """Finish every pending instant; return the outcome when the replayed batch was
         recommitted (the caller then skips the workers), and what was done."""
-        done: list[tuple[str, str]] = []
+        done: list[tuple[str, Recovered]] = []
         self.repairs = []
         recommitted: BatchOutcome | None = None
         replayed = BatchIdentity(self.pipeline_id, incarnation, batch_id)
@@ -92,7 +92,7 @@ class Recovery:
                 and self.main.is_committed(b, inst.end)
             ):
                 self.timeline.complete(inst.time)  # committed; only the marker was missing
-                done.append((inst.time, "completed"))
+                done.append((inst.time, Recovered.COMPLETED))
                 continue
             if b is not None and pending.partly_committed(inst) and pending.intact(inst):
                 # Dead letters of this instant are committed: rolling it back would delete
@@ -102,7 +102,7 @@ class Recovery:
                 # logged before the commit: a crash inside it still shows the attempt
                 log.info("instant %s (batch %d) recommitting (roll forward)", inst.time, batch_id)
                 outcome = self._commit(inst.inflight, batch_id)
-                done.append((inst.time, "recommitted"))
+                done.append((inst.time, Recovered.RECOMMITTED))
                 if recommitted is None and inst.inflight.batch == replayed and inst.end == end:
                     outcome.outcome = Outcome.RECOMMITTED
                     recommitted = outcome
@@ -117,16 +117,16 @@ class Recovery:
                 outcome.outcome = Outcome.RECOMMITTED
                 outcome.timings["recovery"] = time.monotonic() - t0
                 recommitted = outcome
-                done.append((inst.time, "recommitted"))
+                done.append((inst.time, Recovered.RECOMMITTED))
                 continue
             if pending.dead_letters_committed(inst) and inst.inflight is not None:
                 # Rolled back only once the repair committed its main rows: a run that
                 # dies before then finds this instant again and repairs it again.
                 self.repairs.append(inst)
-                done.append((inst.time, "rolled_back"))
+                done.append((inst.time, Recovered.ROLLED_BACK))
                 continue
             pending.roll_back(inst, batch_id)
-            done.append((inst.time, "rolled_back"))
+            done.append((inst.time, Recovered.ROLLED_BACK))
         return recommitted, done
 
     def repaired(self, inst: Instant, batch_id: int) -> None:

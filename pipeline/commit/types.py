@@ -9,12 +9,12 @@ need, so no observer re-reads a table.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.instant import BatchIdentity, Inflight
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 
 # the two tables of a pipeline, as named in the journal's staged-file lists
@@ -27,8 +27,14 @@ class Outcome(enum.StrEnum):
     COMMITTED = "committed"  # written and committed now
     REPLAY_SKIPPED = "replay_skipped"  # (incarnation, batch id) already committed
     RECOMMITTED = "recommitted"  # an intact precommitted instant committed by recovery
-    OVERLAP_SKIPPED = "overlap_skipped"  # nothing new: every offset already committed
-    AT_LEAST_ONCE = "at_least_once"  # a plain append without journal (observers' label)
+
+
+class Recovered(enum.StrEnum):
+    """What start-up recovery did with one pending instant (``BatchOutcome.recovered``)."""
+
+    COMPLETED = "completed"  # in the table already: only the marker was missing
+    RECOMMITTED = "recommitted"  # finished (rolled forward)
+    ROLLED_BACK = "rolled_back"  # its staged files deleted, the rollback recorded
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,7 @@ class BatchOutcome:
     ranges: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     committed: PartitionOffsets = field(default_factory=PartitionOffsets)
     timings: dict[str, float] = field(default_factory=dict)
-    recovered: list[tuple[str, str]] = field(default_factory=list)  # (instant, action)
+    recovered: list[tuple[str, Recovered]] = field(default_factory=list)  # (instant, action)
     bytes: int = 0  # main-table data-file bytes committed by this batch
     dead_letter_files: int = 0
     dead_letter_bytes: int = 0
@@ -150,6 +156,28 @@ class BatchOutcome:
     epoch: int | None = None  # the writer epoch the commit carried (None: no epoch)
     unknown_field_records: int = 0  # written by this run's workers (not by a recommit)
     unknown_fields: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of_commit(cls, batch_id: int, inf: Inflight, epoch: int, seconds: float) -> BatchOutcome:
+        """The outcome of committing the precommitted ``inf`` (in ``seconds``)."""
+        main_files, dead_files = inf.files_of(MAIN), inf.files_of(DEAD_LETTER)
+        return cls(
+            batch_id,
+            Outcome.COMMITTED,
+            instant=inf.time,
+            records=inf.records,
+            dead_letter_records=inf.dead_letter_records,
+            overlap_dropped=inf.overlap_dropped,
+            files=len(inf.files),
+            ranges=inf.ranges,
+            committed=inf.committed,
+            timings={"commit": seconds},
+            bytes=sum(f.size for f in main_files),
+            dead_letter_files=len(dead_files),
+            dead_letter_bytes=sum(f.size for f in dead_files),
+            data_loss=dict(inf.data_loss),
+            epoch=epoch,
+        )
 
 
 # write(write_id, drop_below) -> staged files; drop_below: offsets under it are dropped
@@ -166,3 +194,10 @@ DataLossFn = Callable[
     [StagedBatch, dict[TopicPartition, tuple[int, int]]],
     dict[TopicPartition, tuple[int, int]],
 ]
+
+Range = tuple[int, int]
+
+# ranges -> records the broker delivers in each (read_committed: markers, aborted and
+# compacted-away offsets are not records); asked only for ranges read with holes (the
+# coverage check's oracle, docs/design.md invariant 8)
+RecordCounter = Callable[[Mapping[TopicPartition, Range]], Mapping[TopicPartition, int]]

@@ -24,16 +24,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pipeline.columns.evolution import Change
 from pipeline.commit.checkpoint import CommitCheckpoint
+from pipeline.commit.faults import FaultPoints
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import StagedBatch, TableCommitter
 from pipeline.config import PipelineConfig
 from pipeline.spark.writer import TaskPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = [
     "LastBatch",
@@ -140,7 +144,10 @@ class PipelineTables(Protocol):
 
     def task_plan(
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
-    ) -> TaskPlan: ...
+    ) -> TaskPlan:
+        """The workers' plan for a write named ``write_uuid``; ``faults``: the faults the
+        tasks act on, encoded by :func:`pipeline.commit.faults.format_faults`."""
+        ...
 
 
 class BatchWrite(Protocol):
@@ -155,7 +162,7 @@ class WritesBatches(Protocol):
         """``(jars, conf)`` the driver's session must be built with."""
         ...
 
-    def batch_writer(self, df: Any) -> BatchWrite:
+    def batch_writer(self, df: DataFrame) -> BatchWrite:
         """The writer of one batch's raw Kafka rows ``df`` (the coordinator's ``WriteFn``
         is its ``write``)."""
         ...
@@ -166,7 +173,9 @@ class TableFormat(Protocol):
 
     name: str
 
-    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> PipelineTables: ...
+    def open_tables(
+        self, cfg: PipelineConfig, faults: FaultPoints | None = None
+    ) -> PipelineTables: ...
 
     def writable_paths(self, cfg: PipelineConfig) -> list[tuple[str, str]]:
         """``(config key, location)`` of every directory the run writes tables to."""
@@ -176,7 +185,7 @@ class TableFormat(Protocol):
         """One :class:`TableSet` per main table."""
         ...
 
-    def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
+    def status(self, tables: PipelineTables, pipeline_id: str) -> list[TableStatus]:
         """Per main table of ``tables`` (from :meth:`open_tables`): what ``ingest status``
         shows."""
         ...

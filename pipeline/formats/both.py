@@ -22,19 +22,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from pipeline.columns.evolution import Change
 from pipeline.commit.checkpoint import CommitCheckpoint
-from pipeline.commit.faults import FaultPoints
+from pipeline.commit.faults import FaultPoint, FaultPoints
 from pipeline.commit.instant import BatchIdentity
+from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
-from pipeline.formats.base import TableSet, TableStatus
+from pipeline.formats.base import PipelineTables, TableSet, TableStatus
 from pipeline.formats.hudi.format import HudiFormat
 from pipeline.formats.hudi.pipeline_tables import HudiTables
 from pipeline.formats.hudi.status import hudi_table_status
@@ -44,6 +45,11 @@ from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter, IcebergTa
 from pipeline.formats.iceberg.status import iceberg_table_status
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.spark.writer import TaskPlan
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from pipeline.formats.hudi.committer import HudiCommitter
 
 ICEBERG, HUDI = b"I", b"H"
 
@@ -60,7 +66,7 @@ def write_both(ctx: tuple[Any, Any], batches: Iterable[pa.RecordBatch], seed: in
 class DualCommitter:
     """Iceberg + Hudi main tables committed as one (see module docstring)."""
 
-    def __init__(self, iceberg: IcebergCommitter, hudi: Any, faults: FaultPoints) -> None:
+    def __init__(self, iceberg: IcebergCommitter, hudi: HudiCommitter, faults: FaultPoints) -> None:
         self.iceberg = iceberg
         self.hudi = hudi
         self.faults = faults
@@ -72,7 +78,7 @@ class DualCommitter:
             (ice if f[:1] == ICEBERG else hud).append(f[1:])
         return ice, hud
 
-    def _owner(self, path: str) -> Any:
+    def _owner(self, path: str) -> IcebergCommitter | HudiCommitter:
         """The committer of the table holding ``path`` (Iceberg: any path outside the
         Hudi table; Iceberg files may live anywhere in the warehouse or object store)."""
         return self.hudi if self.hudi.owns(path) else self.iceberg
@@ -118,7 +124,7 @@ class DualCommitter:
     def commit(self, files: list[bytes], checkpoint: CommitCheckpoint) -> None:
         ice, hud = self._split(files)
         self.iceberg.commit(ice, checkpoint)
-        self.faults.hit("between-table-commits", checkpoint.batch_id)
+        self.faults.hit(FaultPoint.BETWEEN_TABLE_COMMITS, checkpoint.batch_id)
         self.hudi.commit(hud, checkpoint)
 
     def fence(self, pipeline_id: str, epoch: int, *, create: bool = False) -> None:
@@ -149,7 +155,7 @@ class DualCommitter:
         self.iceberg.abort(instant)
         self.hudi.abort(instant)
 
-    def table(self) -> Any:
+    def table(self) -> Table | None:
         return self.iceberg.table()
 
 
@@ -191,7 +197,7 @@ class DualTables:
         self.hudi.schema_changes()
         return self.iceberg.evolve_schema()
 
-    def timeline(self, pipeline_id: str) -> Any:
+    def timeline(self, pipeline_id: str) -> InstantTimeline:
         return self.hudi.timeline(pipeline_id)  # mints above the Hudi table's timeline
 
     def journal_pipelines(self) -> list[str]:
@@ -221,7 +227,7 @@ class DualFormat:
 
     name = "both"
 
-    def open_tables(self, cfg: PipelineConfig, faults: Any = None) -> DualTables:
+    def open_tables(self, cfg: PipelineConfig, faults: FaultPoints | None = None) -> DualTables:
         if cfg.sink.hudi is not None and cfg.sink.hudi.writer == "spark":
             raise ConfigError(
                 "sink.format both writes its Hudi table with the native writer; "
@@ -237,7 +243,8 @@ class DualFormat:
         hudi = HudiFormat().table_sets(cfg)[0]
         return [iceberg, TableSet(hudi.main, iceberg.dead_letter)]
 
-    def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
+    def status(self, tables: PipelineTables, pipeline_id: str) -> list[TableStatus]:
+        assert isinstance(tables, DualTables)  # open_tables' own
         return [
             iceberg_table_status(tables.iceberg.main, pipeline_id),
             hudi_table_status(tables.hudi.main, pipeline_id),

@@ -3,8 +3,7 @@ pipeline. Everything else asks the format (:mod:`pipeline.formats.base`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from pipeline.commit.faults import FaultPoints
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.formats.base import PipelineTables, TableFormat
@@ -42,6 +41,6 @@ def table_format(cfg: PipelineConfig) -> TableFormat:
     return format_named(cfg.sink.format)
 
 
-def open_tables(cfg: PipelineConfig, faults: Any = None) -> PipelineTables:
+def open_tables(cfg: PipelineConfig, faults: FaultPoints | None = None) -> PipelineTables:
     """The pipeline's tables (main + dead-letter committers, timeline, task plan)."""
     return table_format(cfg).open_tables(cfg, faults)

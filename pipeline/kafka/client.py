@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import (
-    Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -358,10 +357,6 @@ class KafkaMetadata:
                     f"{self._timeout:.0f}s"
                 ) from None
         return out
-
-
-def new_consumer(conf: Mapping[str, Any]) -> Consumer:
-    return Consumer(dict(conf))
 
 
 def _unknown_topic(e: KafkaException) -> bool:

@@ -16,117 +16,43 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from pipeline.commit.offsets import TopicPartition
+from pipeline.commit.types import BatchOutcome, Outcome, Recovered
+from pipeline.errors import is_fencing_error, one_line
 
 # the exporter's log lines keep the logger name they always had
 log = logging.getLogger("pipeline.observe.metrics")
 
 __all__ = [
-    "BATCH_OUTCOMES",
     "COMMITTING_OUTCOMES",
+    "FAILED",
+    "FENCED",
     "OTHER",
     "OUTCOMES",
-    "OUTCOME_ALIASES",
     "PHASES",
+    "ROLLED_BACK",
     "MetricsState",
     "OutcomeAccounting",
-    "OutcomeLike",
     "is_fencing_error",
     "one_line",
     "split_by_weight",
 ]
 
+#: ``ingest_commits_total{outcome}`` values besides a batch's :class:`Outcome`: an instant
+#: rolled back by recovery, a fenced writer, a failed batch.
+ROLLED_BACK, FENCED, FAILED = Recovered.ROLLED_BACK.value, "fenced", "failed"
 #: Values of ``ingest_commits_total{outcome}``.
-OUTCOMES: tuple[str, ...] = (
-    "committed",
-    "replay_skipped",
-    "recommitted",
-    "rolled_back",
-    "fenced",
-    "failed",
-)
-#: Other outcome spellings of the coordinator, counted as the canonical value.
-OUTCOME_ALIASES: dict[str, str] = {
-    "at_least_once": "committed",
-    "overlap_skipped": "replay_skipped",
-}
+OUTCOMES: tuple[str, ...] = (*(o.value for o in Outcome), ROLLED_BACK, FENCED, FAILED)
 #: Outcomes that made records visible in the table.
-COMMITTING_OUTCOMES = frozenset({"committed", "recommitted"})
-#: Outcomes that complete a Spark micro-batch (``ingest_batches_total``).
-BATCH_OUTCOMES = frozenset({"committed", "recommitted", "replay_skipped"})
+COMMITTING_OUTCOMES = frozenset({Outcome.COMMITTED, Outcome.RECOMMITTED})
 #: Values of ``ingest_phase_duration_seconds{phase}`` (anything else is dropped).
 PHASES: tuple[str, ...] = ("request", "write", "precommit", "commit", "recovery")
 #: Label value standing in for topics / partitions beyond the cardinality caps.
 OTHER = "_other"
-
-
-class OutcomeLike(Protocol):
-    """What :meth:`PipelineMetrics.observe_outcome` reads (``BatchOutcome`` fits).
-
-    Optional attributes picked up when present: ``instant`` (journal instant id),
-    ``epoch`` (writer epoch), ``topic_records`` / ``topic_bytes`` (``{topic: n}``, exact
-    per-topic split), ``bytes`` (total data-file bytes), ``data_loss``
-    (``{TopicPartition: (start, end)}`` skipped by retention), ``pending_instants``,
-    ``overlap_dropped`` (records dropped as already committed) and ``recovered``
-    (``[(instant, action)]`` with action completed / recommitted / rolled_back).
-    """
-
-    @property
-    def batch_id(self) -> int: ...
-
-    @property
-    def outcome(self) -> str: ...
-
-    @property
-    def records(self) -> int: ...
-
-    @property
-    def dead_letter_records(self) -> int: ...
-
-    @property
-    def files(self) -> int: ...
-
-    @property
-    def ranges(self) -> Mapping[TopicPartition, tuple[int, int]]: ...
-
-    @property
-    def committed(self) -> Mapping[TopicPartition, int]: ...
-
-    @property
-    def timings(self) -> Mapping[str, float]: ...
-
-
-def one_line(exc: BaseException | str, limit: int = 300) -> str:
-    """A short single-line reason: the pipeline error message when one is inside."""
-    if isinstance(exc, str):
-        text = exc
-    else:
-        from pipeline.errors import find_pipeline_error
-
-        text = find_pipeline_error(exc) or f"{type(exc).__name__}: {exc}"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def is_fencing_error(exc: BaseException) -> bool:
-    """A newer writer epoch owns the table (also when Spark wrapped the error)."""
-    from pipeline.errors import FencedError
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, FencedError):
-            return True
-        desc = getattr(cur, "desc", None)
-        if "[ingest:fenced]" in str(cur) or (isinstance(desc, str) and "[ingest:fenced]" in desc):
-            return True
-        cur = cur.__cause__ or cur.__context__
-    return False
 
 
 def split_by_weight(total: int, weights: Mapping[str, int]) -> dict[str, int]:
@@ -215,88 +141,59 @@ class MetricsState:
 class OutcomeAccounting(MetricsState):
     """Batches, phases, failures and fencing (methods of ``PipelineMetrics``)."""
 
-    def observe_outcome(self, outcome: OutcomeLike) -> None:
-        """Account one coordinator result (a ``BatchOutcome``; recovered instants too).
+    def observe_outcome(self, outcome: BatchOutcome) -> None:
+        """Account one coordinator result (recovered instants too).
 
         ``committed`` / ``recommitted``: records, bytes, dead letters, data loss, last
-        commit time, committed offsets (lag). ``committed`` / ``recommitted`` /
-        ``replay_skipped``: one more batch. Every outcome: ``commits_total{outcome}``,
-        rolled-back instants listed in ``recovered``, the phase timings. Clears a
-        previous failure (readiness) unless the outcome is ``failed`` / ``fenced``.
-        Bytes: ``topic_bytes`` when the outcome has it, else ``bytes`` (main-table
-        data-file bytes) split over the topics like the records.
+        commit time, committed offsets (lag). Every outcome is one more batch and
+        ``commits_total{outcome}``; rolled-back instants listed in ``recovered`` count
+        too, and the phase timings. Clears a previous failure (readiness). Bytes: the
+        main-table data-file bytes, split over the topics like the records.
         """
-        kind = str(getattr(outcome, "outcome", ""))
-        kind = OUTCOME_ALIASES.get(kind, kind)
-        if kind not in OUTCOMES:
-            self._warn_once(f"outcome:{kind}", "unknown batch outcome %r ignored", kind)
-            return
-        if kind == "failed":
-            self.mark_failed(f"batch {getattr(outcome, 'batch_id', '?')} failed")
-            return
-        if kind == "fenced":
-            self.mark_fenced(f"batch {getattr(outcome, 'batch_id', '?')} fenced")
-            return
-        recovered = list(getattr(outcome, "recovered", None) or ())
+        kind = Outcome(outcome.outcome)
+        recovered = outcome.recovered
         with self._lock:
             first, self._observed_any = not self._observed_any, True
         # The coordinator recovers on the first batch of a run; later batches carry a
         # zero "recovery" timing that would drown the real recoveries in the histogram.
-        ran_recovery = first or bool(recovered) or kind == "recommitted"
-        for phase, seconds in (getattr(outcome, "timings", None) or {}).items():
+        ran_recovery = first or bool(recovered) or kind is Outcome.RECOMMITTED
+        for phase, seconds in outcome.timings.items():
             if phase != "recovery" or ran_recovery:
                 self.observe_phase(phase, seconds)
         for _instant, action in recovered:
-            if action == "rolled_back" or (action == "recommitted" and kind != "recommitted"):
+            if action == Recovered.ROLLED_BACK or (
+                action == Recovered.RECOMMITTED and kind is not Outcome.RECOMMITTED
+            ):
                 self.commits.labels(action).inc()
-        epoch = getattr(outcome, "epoch", None)
-        if isinstance(epoch, int):
-            self.set_writer_epoch(epoch)
-        pending = getattr(outcome, "pending_instants", None)
-        if isinstance(pending, int):
-            self.set_pending_instants(pending)
+        if outcome.epoch is not None:
+            self.set_writer_epoch(outcome.epoch)
         self.commits.labels(kind).inc()
-        if kind in BATCH_OUTCOMES:
-            self.batches.inc()
-            self.last_batch_id.set(int(getattr(outcome, "batch_id", -1)))
+        self.batches.inc()
+        self.last_batch_id.set(outcome.batch_id)
         with self._lock:
             self._failed, self._failed_exc = None, None
         if kind not in COMMITTING_OUTCOMES:
             return
 
-        records = int(getattr(outcome, "records", 0) or 0)
-        ranges: Mapping[TopicPartition, tuple[int, int]] = getattr(outcome, "ranges", None) or {}
+        records = outcome.records
         weights: dict[str, int] = {}
-        for tp, (start, end) in ranges.items():
+        for tp, (start, end) in outcome.ranges.items():
             weights[tp.topic] = weights.get(tp.topic, 0) + max(0, end - start)
-        topic_records = getattr(outcome, "topic_records", None)
-        per_topic = (
-            {str(t): int(n) for t, n in topic_records.items()}
-            if topic_records
-            else split_by_weight(records, weights)
-        )
+        per_topic = split_by_weight(records, weights)
         if records and not per_topic:
             per_topic = {OTHER: records}
         for topic, n in per_topic.items():
             self.records.labels(self._topic(topic)).inc(max(0, n))
-        topic_bytes = getattr(outcome, "topic_bytes", None)
-        if topic_bytes:
-            byte_split = {str(t): int(n) for t, n in topic_bytes.items()}
-        else:
-            total = int(getattr(outcome, "bytes", 0) or 0)
-            byte_split = split_by_weight(total, per_topic or weights)
-        for topic, n in byte_split.items():
+        for topic, n in split_by_weight(outcome.bytes, per_topic or weights).items():
             self.bytes.labels(self._topic(topic)).inc(max(0, n))
-        self.dead_letter_records.inc(max(0, int(getattr(outcome, "dead_letter_records", 0) or 0)))
-        unknown = int(getattr(outcome, "unknown_field_records", 0) or 0)
-        self.unknown_field_records.inc(max(0, unknown))
-        self.overlap_dropped_records.inc(max(0, int(getattr(outcome, "overlap_dropped", 0) or 0)))
-        for tp, (start, end) in (getattr(outcome, "data_loss", None) or {}).items():
+        self.dead_letter_records.inc(max(0, outcome.dead_letter_records))
+        self.unknown_field_records.inc(max(0, outcome.unknown_field_records))
+        self.overlap_dropped_records.inc(max(0, outcome.overlap_dropped))
+        for tp, (start, end) in outcome.data_loss.items():
             self.record_data_loss(tp.topic, end - start)
         self.set_last_commit_time(self._clock())
-        committed = getattr(outcome, "committed", None)
-        if committed:
-            self.update_committed_offsets(committed)
+        if outcome.committed:
+            self.update_committed_offsets(outcome.committed)
 
     def observe_phase(self, phase: str, seconds: float) -> None:
         """One duration of a coordinator phase (``PHASES``; others are dropped)."""
@@ -315,14 +212,6 @@ class OutcomeAccounting(MetricsState):
             yield
         finally:
             self.observe_phase(phase, time.monotonic() - t0)
-
-    def count_outcome(self, outcome: str, n: int = 1) -> None:
-        """Bare ``commits_total{outcome} += n`` (e.g. instants rolled back in recovery),
-        without records or readiness effects."""
-        if outcome not in OUTCOMES:
-            self._warn_once(f"outcome:{outcome}", "unknown outcome %r ignored", outcome)
-            return
-        self.commits.labels(outcome).inc(n)
 
     def record_data_loss(self, topic: str, records: int) -> None:
         """Records of ``topic`` skipped because retention deleted them."""
@@ -362,7 +251,7 @@ class OutcomeAccounting(MetricsState):
             what = f"batch {batch_id}" if batch_id is not None else "last batch"
             self._failed = f"{what} failed: {one_line(exc)}"
             self._failed_exc = exc if isinstance(exc, BaseException) else None
-        self.commits.labels("failed").inc()
+        self.commits.labels(FAILED).inc()
 
     def mark_fenced(self, reason: BaseException | str = "") -> None:
         """A newer writer epoch owns the table: ``commits_total{fenced}`` +1 (once),
@@ -372,4 +261,4 @@ class OutcomeAccounting(MetricsState):
                 return
             self._fenced = one_line(reason) if reason else "a newer writer epoch owns the table"
         self.writer_fenced.set(1)
-        self.commits.labels("fenced").inc()
+        self.commits.labels(FENCED).inc()

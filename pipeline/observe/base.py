@@ -19,13 +19,16 @@ An observer's own exception is logged and never fails a batch or the run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pipeline.commit.maintenance import CompactionResult, FileStats, OrphanResult
 from pipeline.commit.offsets import TopicPartition
 from pipeline.commit.types import BatchOutcome
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
 
 MaintenanceResult = CompactionResult | OrphanResult | FileStats
 
@@ -46,7 +49,7 @@ class RunInfo:
     #: the writer epoch this driver commits with (0 in at-least-once mode)
     epoch: int = 0
     #: the ``StreamingQuery`` (``isActive`` / ``exception()``), for readiness
-    query: Any = None
+    query: StreamingQuery | None = None
 
 
 class PipelineObserver(Protocol):
@@ -83,7 +86,7 @@ class Observer:
 class OutcomeCallback(Observer):
     """``fn(outcome)`` for every batch outcome."""
 
-    def __init__(self, fn: Callable[[Any], None]) -> None:
+    def __init__(self, fn: Callable[[BatchOutcome], None]) -> None:
         self._fn = fn
 
     def on_outcome(self, outcome: BatchOutcome) -> None:
@@ -103,7 +106,7 @@ class Observers:
         if observer in self._observers:
             self._observers.remove(observer)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[PipelineObserver]:
         return iter(list(self._observers))
 
     def __len__(self) -> int:
@@ -121,7 +124,7 @@ class Observers:
 
     def outcome(self, outcome: BatchOutcome) -> None:
         self._each(
-            f"on_outcome (batch {getattr(outcome, 'batch_id', '?')})",
+            f"on_outcome (batch {outcome.batch_id})",
             lambda o: o.on_outcome(outcome),
         )
 

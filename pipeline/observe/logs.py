@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from pipeline.commit.types import BatchOutcome, Outcome
+
 BATCH_LOGGER = "pipeline.batches"
 #: Outcomes whose line carries ``bytes`` (the others commit no data files).
-_DATA_OUTCOMES = frozenset({"committed", "recommitted", "at_least_once"})
+_DATA_OUTCOMES = frozenset({Outcome.COMMITTED, Outcome.RECOMMITTED})
 
 __all__ = ["BATCH_LOGGER", "batch_log_line", "batch_logger", "install_json_batch_handler"]
 
@@ -38,48 +39,34 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def batch_log_line(
-    outcome: Any,
+    outcome: BatchOutcome,
     *,
     pipeline_id: str | None = None,
     epoch: int | None = None,
     now: datetime | None = None,
 ) -> str:
-    """The JSON line for one batch outcome (a ``BatchOutcome`` or anything shaped like it).
-
-    Read from ``outcome``: ``batch_id``, ``outcome``, ``records``, ``dead_letter_records``,
-    ``files``, ``ranges`` (only their count is logged), ``timings`` (phase -> seconds) and,
-    when the coordinator provides them, ``instant``, ``epoch`` and ``bytes`` /
-    ``topic_bytes`` (``bytes`` is null for outcomes that commit no data). ``epoch`` is
-    used when the outcome has none.
-    """
-    timings: Mapping[str, float] = getattr(outcome, "timings", None) or {}
-    nbytes = _int_or_none(getattr(outcome, "bytes", None))
-    topic_bytes = getattr(outcome, "topic_bytes", None)
-    if topic_bytes and not nbytes:
-        nbytes = sum(int(v) for v in topic_bytes.values())
-    if str(getattr(outcome, "outcome", "")) not in _DATA_OUTCOMES:
-        nbytes = None
-    outcome_epoch = getattr(outcome, "epoch", None)
+    """The JSON line for one batch outcome: its ``batch_id``, ``outcome``, ``instant``,
+    ``records``, ``dead_letter_records``, ``files``, the count of its ``ranges``, its
+    ``timings`` (phase -> seconds), ``bytes`` (null for outcomes that commit no data)
+    and ``epoch`` (``epoch`` when the outcome has none)."""
+    timings = outcome.timings
     ts = (now or datetime.now(UTC)).astimezone(UTC)
     line: dict[str, Any] = {
         "ts": ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z",
         "event": "batch",
         "pipeline_id": pipeline_id,
-        "batch_id": _int_or_none(getattr(outcome, "batch_id", None)),
-        "instant": getattr(outcome, "instant", None),
-        "outcome": str(getattr(outcome, "outcome", "unknown")),
-        "records": int(getattr(outcome, "records", 0) or 0),
-        "dead_letter_records": int(getattr(outcome, "dead_letter_records", 0) or 0),
-        "bytes": nbytes,
-        "files": int(getattr(outcome, "files", 0) or 0),
-        "partitions": len(getattr(outcome, "ranges", None) or {}),
-        "epoch": _int_or_none(outcome_epoch if outcome_epoch is not None else epoch),
-        "duration_seconds": round(sum(float(v) for v in timings.values()), 6),
-        "phases_seconds": {str(k): round(float(v), 6) for k, v in timings.items()},
+        "batch_id": outcome.batch_id,
+        "instant": outcome.instant,
+        "outcome": str(outcome.outcome),
+        "records": outcome.records,
+        "dead_letter_records": outcome.dead_letter_records,
+        "bytes": outcome.bytes if outcome.outcome in _DATA_OUTCOMES else None,
+        "files": outcome.files,
+        "partitions": len(outcome.ranges),
+        "epoch": outcome.epoch if outcome.epoch is not None else epoch,
+        "duration_seconds": round(sum(timings.values()), 6),
+        "phases_seconds": {k: round(v, 6) for k, v in timings.items()},
     }
-    instant = line["instant"]
-    if instant is not None and not isinstance(instant, str | int):
-        line["instant"] = str(instant)
     return json.dumps(line, separators=(", ", ": "), default=str)
 
 

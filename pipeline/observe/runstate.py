@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pipeline.config import PipelineConfig
+from pipeline.errors import one_line
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,7 @@ def error_line(exc: BaseException) -> str | None:
     else the type and the first line of its message; None for an interrupt (a stop)."""
     if isinstance(exc, KeyboardInterrupt):
         return None
-    from pipeline.errors import find_pipeline_error
-
-    text = find_pipeline_error(exc)
-    if text is None:
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-        text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    text = " ".join(text.split())
-    return text if len(text) <= ERROR_LIMIT else text[: ERROR_LIMIT - 1] + "…"
+    return one_line(exc, ERROR_LIMIT)
 
 
 def record_run_state(

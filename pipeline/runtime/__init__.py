@@ -1,4 +1,8 @@
-"""The running driver, one job per module; :class:`pipeline.app.Pipeline` composes them.
+"""The running driver, one job per module; ``composition`` builds them and
+:class:`pipeline.app.Pipeline` runs them.
+
+* ``composition``      -- the driver's parts built from a config (``compose``), and the
+                          checks made before any of them exists (``check_locally``);
 
 * ``checkpoint_probe`` -- proves the checkpoint location usable before any side effect;
 * ``source_settings``  -- the broker check, the source's options, offsets it starts from;

@@ -10,13 +10,15 @@ report   -- the run's stats, one log line, the observers
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pipeline.commit.faults import FaultPoints
+from pipeline.commit.faults import FaultPoint, FaultPoints, format_faults
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.types import BatchOutcome, RereadFn, WriteFn
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
@@ -27,6 +29,10 @@ from pipeline.runtime.fencing import FenceGuard
 from pipeline.runtime.source_settings import SourceSettings
 from pipeline.runtime.stats import RunStats
 from pipeline.runtime.stopping import StopControl
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +45,7 @@ class BatchRunner:
         cfg: PipelineConfig,
         *,
         tables: PipelineTables,
-        coordinator: Any,
+        coordinator: BatchCoordinator,
         timeline: InstantTimeline | None,
         faults: FaultPoints,
         source: SourceSettings,
@@ -47,7 +53,7 @@ class BatchRunner:
         observers: Observers,
         fence: FenceGuard,
         stop: StopControl,
-        spark: Callable[[], Any],
+        spark: Callable[[], SparkSession],
         schema_check: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
@@ -63,8 +69,6 @@ class BatchRunner:
         self._spark = spark
         # a registry format following its subject: SchemaAdvanced before a batch's effects
         self._schema_check = schema_check
-        if getattr(coordinator, "exactly_once", False):  # docs/design.md invariant 8
-            coordinator.on_gap = cfg.commit.on_gap
         self._incarnation: str | None = None
         # (batch id, its logged end offsets): the next batch's start, without a second read
         self._last_end: tuple[int, PartitionOffsets] | None = None
@@ -78,7 +82,7 @@ class BatchRunner:
             self._incarnation = log_.query_id()
         return self._incarnation
 
-    def process_batch(self, df: Any, batch_id: int) -> None:
+    def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: one batch through the coordinator. A graceful stop waits for it."""
         if not self.stop.enter_batch():
             raise self.stop.halted(batch_id)  # not a failure: never logged as committed
@@ -91,26 +95,31 @@ class BatchRunner:
             self.observers.failure(e, batch_id)  # fencing included
             raise
 
-    def _process_batch(self, df: Any, batch_id: int) -> None:
+    def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         from pipeline.spark.settle import settle
 
         start, end = self._offsets(df, batch_id)
         if self._schema_check is not None:  # after the offsets: see pipeline.decode.registry.watch
             self._schema_check()
         writer = self._writer(df, start, end)
-        checks: dict[str, Any] = {}
-        if self.coordinator.exactly_once:  # the gap check and read coverage (invariant 8)
-            checks = {"reread": self._reread(df), "count": self._count_records}
         with self.fence.watch(report=False):  # process_batch reports the failure
             outcome = self.coordinator.run_batch(
-                self.incarnation(), batch_id, start, end, writer.write, **checks
+                self.incarnation(),
+                batch_id,
+                start,
+                end,
+                writer.write,
+                reread=self._reread(df),  # the gap check and read coverage (invariant 8)
+                count=self._count_records,
             )
         self._report(batch_id, outcome)
         settle()  # after the first batch: the driver's imports and caches are in place
         if self.timeline is not None and batch_id % PURGE_EVERY == 0:
             self.timeline.purge_finished(self.cfg.commit.journal_retention)
 
-    def _offsets(self, df: Any, batch_id: int) -> tuple[PartitionOffsets | None, PartitionOffsets]:
+    def _offsets(
+        self, df: DataFrame, batch_id: int
+    ) -> tuple[PartitionOffsets | None, PartitionOffsets]:
         """(start, end) of the batch: its offset-log entry and the previous batch's."""
         from pipeline.spark.offset_log import SparkOffsetLog
 
@@ -126,7 +135,7 @@ class BatchRunner:
         self._last_end = (batch_id, end)
         return start, end
 
-    def _reread(self, df: Any) -> RereadFn | None:
+    def _reread(self, df: DataFrame) -> RereadFn | None:
         """Writes of other ranges than Spark planned (gap rewind, repairs): the adapter
         named by ``reread_path`` (tasks that read the ranges, whatever the configured
         reader and engine); None when the format writes through its own engine."""
@@ -147,14 +156,17 @@ class BatchRunner:
         timeout = max(float(self.cfg.source.broker_retry_seconds), 1.0)
         return count_records(self.source.consumer_conf(), ranges, timeout)
 
-    def _writer(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> BatchWrite:
+    def _writer(
+        self, df: DataFrame, start: PartitionOffsets | None, end: PartitionOffsets
+    ) -> BatchWrite:
         return self._writes().planned(df, start, end)
 
     def _writes(self) -> BatchWrites:
-        armed = ",".join(
-            f"{f.point}:{f.action}" for f in self.faults.armed.values() if f.point == "mid-write"
+        # the tasks know no batch id: an armed mid-write fault acts in every batch
+        armed = format_faults(
+            dataclasses.replace(f, batch=None) for f in self.faults.at(FaultPoint.MID_WRITE)
         )
-        return BatchWrites(self.cfg, self.tables, self.source, armed or None)
+        return BatchWrites(self.cfg, self.tables, self.source, armed)
 
     def _report(self, batch_id: int, outcome: BatchOutcome) -> None:
         self.stats.add(outcome)

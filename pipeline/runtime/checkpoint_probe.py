@@ -22,10 +22,13 @@ import contextlib
 import os
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, one_line
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _PROBE = ".ingest-probe-"
 
@@ -50,12 +53,12 @@ def local_path(location: str, spark_conf: Mapping[str, str] | None = None) -> st
     return os.path.abspath(os.path.expanduser(location))
 
 
-def _fail(location: str, why: object) -> CheckpointLocationError:
-    text = " ".join(str(why).split())[:300]
+def _fail(location: str, why: str) -> CheckpointLocationError:
+    text = one_line(why)
     return CheckpointLocationError(f"checkpointLocation {location!r} is not usable: {text}")
 
 
-def probe_checkpoint_location(location: str, *, spark: Any = None) -> None:
+def probe_checkpoint_location(location: str, *, spark: SparkSession | None = None) -> None:
     """Create the location (if absent) and a file in it, then remove what was created;
     a remote location needs ``spark`` (skipped without it)."""
     path = local_path(location, _conf(spark))
@@ -70,7 +73,7 @@ def needs_spark(location: str, spark_conf: Mapping[str, str] | None = None) -> b
     return local_path(location, spark_conf) is None
 
 
-def _conf(spark: Any) -> Mapping[str, str] | None:
+def _conf(spark: SparkSession | None) -> Mapping[str, str] | None:
     if spark is None:
         return None
     try:
@@ -103,9 +106,10 @@ def _probe_local(location: str, path: str) -> None:
                 os.rmdir(d)
 
 
-def _probe_hadoop(location: str, spark: Any) -> None:
+def _probe_hadoop(location: str, spark: SparkSession) -> None:
     try:
         jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a driver's session has its gateway
         path = jvm.org.apache.hadoop.fs.Path(location)
         fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         created = not fs.exists(path)
@@ -118,4 +122,4 @@ def _probe_hadoop(location: str, spark: Any) -> None:
             fs.delete(path, False)
     except Exception as e:
         java = getattr(e, "java_exception", None)
-        raise _fail(location, java.toString() if java is not None else e) from None
+        raise _fail(location, str(java.toString()) if java is not None else str(e)) from None

@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 
 from pipeline.commit.offsets import PartitionOffsets
-from pipeline.commit.types import BatchOutcome
+from pipeline.commit.types import BatchOutcome, Outcome
 
 
 @dataclass
@@ -36,7 +36,7 @@ class RunStats:
             self.last = outcome
             for _, action in outcome.recovered:
                 self.recovered[action] = self.recovered.get(action, 0) + 1
-            if outcome.outcome == "replay_skipped":
+            if outcome.outcome == Outcome.REPLAY_SKIPPED:
                 self.skipped += 1
                 return
             self.batches += 1
@@ -44,5 +44,5 @@ class RunStats:
             self.dead_letters += outcome.dead_letter_records
             self.overlap_dropped += outcome.overlap_dropped
             self.committed = outcome.committed
-            if outcome.outcome == "recommitted":
+            if outcome.outcome == Outcome.RECOMMITTED:
                 self.recommitted += 1

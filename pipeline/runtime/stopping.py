@@ -14,10 +14,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipeline.errors import PipelineError
 from pipeline.runtime.stats import RunStats
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ class StopControl:
         self.stats = stats
         self.timeout_s = timeout_s
         self.requested_at: float | None = None  # set by a signal handler: a flag only
-        self.query: Any = None  # the running streaming query
+        self.query: StreamingQuery | None = None  # the running streaming query
         self._gate = threading.Lock()  # guards _in_batch and _halting
         self._in_batch = False  # a batch is inside process_batch
         self._halting = False  # query.stop() is being issued: no batch may start now
@@ -81,7 +84,7 @@ class StopControl:
         text survives, the type does not)."""
         return self._halted_batch is not None and HALTED_MARK in str(exc)
 
-    def stop_between_batches(self, query: Any, keep_lease: Callable[[], None]) -> None:
+    def stop_between_batches(self, query: StreamingQuery, keep_lease: Callable[[], None]) -> None:
         """Wait (bounded) until no batch is in ``process_batch``, then stop the query while
         none can start. Past the timeout the batch is left running and ``stop_cut_short``
         is set: the caller ends the process; the next run recovers the batch's instant."""

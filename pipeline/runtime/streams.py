@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
 from pipeline.source.choice import SourceReader
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 class SparkHandle:
@@ -19,7 +23,7 @@ class SparkHandle:
         self,
         cfg: PipelineConfig,
         reader: SourceReader,
-        spark: Any | None = None,
+        spark: SparkSession | None = None,
         needs: Callable[[], tuple[list[str], dict[str, str]]] | None = None,
     ) -> None:
         self.cfg = cfg
@@ -29,7 +33,7 @@ class SparkHandle:
         if spark is not None:
             reader.register(spark)
 
-    def get(self) -> Any:
+    def get(self) -> SparkSession:
         if self._spark is None:
             from pipeline.spark.session import build_spark
             from pipeline.spark.worker_daemon import FORMAT_ENV
@@ -52,15 +56,15 @@ class SparkHandle:
 
 
 def start_stream(
-    spark: Any,
+    spark: SparkSession,
     source_format: str,
     options: dict[str, str],
-    foreach_batch: Callable[[Any, int], Any],
+    foreach_batch: Callable[[DataFrame, int], None],
     *,
     checkpoint: str,
     name: str,
     trigger: dict[str, Any],
-) -> Any:
+) -> StreamingQuery:
     """A started query: raw Kafka rows of the reader's source into ``foreach_batch``. The
     batch writer decodes (spark/batch/), so Spark has no decode plan to re-analyse every
     batch when the arrow engine never runs it."""

@@ -9,11 +9,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.protocol import BatchCoordinator
 from pipeline.config import PipelineConfig
 from pipeline.formats.base import PipelineTables
 from pipeline.observe.base import Observers, PipelineObserver, RunInfo
 
 if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
     from pipeline.observe.metrics import PipelineMetrics
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,7 @@ class Telemetry:
         format_name: str,
         tables: PipelineTables,
         timeline: InstantTimeline | None,
-        coordinator: Any,
+        coordinator: BatchCoordinator,
         observers: Observers,
         consumer_conf: Callable[[], dict[str, Any]],
     ) -> None:
@@ -38,10 +41,10 @@ class Telemetry:
         self.coordinator = coordinator
         self.observers = observers
         self.consumer_conf = consumer_conf
-        self.metrics: Any = None  # PipelineMetrics while attached
+        self.metrics: PipelineMetrics | None = None  # while attached
         self._attached: list[PipelineObserver] = []
 
-    def run_info(self, query: Any = None) -> RunInfo:
+    def run_info(self, query: StreamingQuery | None = None) -> RunInfo:
         """The pipeline's committed state as its main table(s) hold it (any format)."""
         main = self.tables.main
         return RunInfo(
@@ -52,7 +55,7 @@ class Telemetry:
             query=query,
         )
 
-    def start_info(self, query: Any) -> RunInfo:
+    def start_info(self, query: StreamingQuery) -> RunInfo:
         try:
             return self.run_info(query)
         except Exception as e:  # observers must never fail the run

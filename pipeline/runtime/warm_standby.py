@@ -12,7 +12,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pipeline.commit.journal import InstantTimeline
 from pipeline.config import PipelineConfig
@@ -22,9 +22,16 @@ from pipeline.runtime.stopping import StopControl
 from pipeline.runtime.streams import start_stream
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipeline.observe.metrics import PipelineMetrics
     from pipeline.standby import Standby
 
 log = logging.getLogger(__name__)
+
+
+def _read_all(df: DataFrame, _batch_id: int) -> None:
+    df.count()
 
 
 class LeaseHolder:
@@ -33,7 +40,7 @@ class LeaseHolder:
         cfg: PipelineConfig,
         *,
         timeline: InstantTimeline | None,
-        spark: Callable[[], Any],
+        spark: Callable[[], SparkSession],
         source: SourceSettings,
         open_table: Callable[[], object],
         stop: StopControl,
@@ -48,7 +55,7 @@ class LeaseHolder:
         self.fence = fence
         self.lease: Standby | None = None
 
-    def acquire(self, metrics: Any = None) -> bool:
+    def acquire(self, metrics: PipelineMetrics | None = None) -> bool:
         """Own the lease before the query starts (at once with ``ha.mode`` off). False: a
         stop was requested while standing by."""
         if self.cfg.ha.mode == "off" or self.timeline is None:
@@ -112,7 +119,7 @@ class LeaseHolder:
                 self._spark(),
                 self.source.reader.format,
                 self.source.rehearsal_options(),
-                lambda df, _: df.count(),
+                _read_all,
                 checkpoint=f"file://{checkpoint}",  # never fs.defaultFS
                 name=f"ingest-{self.cfg.id}-rehearsal",
                 trigger={"availableNow": True},

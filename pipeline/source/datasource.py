@@ -35,7 +35,6 @@ Planning rules
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -247,19 +246,3 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             fail_on_data_loss=self.options.fail_on_data_loss,
             stall_timeout_s=max(self.options.broker_retry_s, 1.0),
         )
-
-
-def source_options_for(**kwargs: Any) -> dict[str, str]:
-    """Spark option strings from Python values (dicts become JSON)."""
-    out = {}
-    for k, v in kwargs.items():
-        if v is None:
-            continue
-        out[k] = (
-            json.dumps(v)
-            if isinstance(v, dict | list)
-            else str(v).lower()
-            if isinstance(v, bool)
-            else str(v)
-        )
-    return out

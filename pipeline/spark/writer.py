@@ -169,11 +169,11 @@ def run_task(
             dead.add(_dead_letter_rows(batch.filter(bad), plan.dead_letter_columns))
     main.flush()
     if faults:
-        from pipeline.commit.faults import FaultPoints
+        from pipeline.commit.faults import FaultPoint, FaultPoints
 
         # files staged, result not returned: the task attempt dies, Spark retries it, and
         # only the retry's files reach the precommit (no duplicates)
-        FaultPoints(faults).hit("mid-write", None)
+        FaultPoints(faults).hit(FaultPoint.MID_WRITE, None)
     if dead is not None:
         dead.flush()
     rows: list[dict[str, Any]] = [{"kind": "data", "payload": p} for p in main.out]

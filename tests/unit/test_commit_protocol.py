@@ -49,6 +49,7 @@ from pipeline.commit.journal import (
     encode_entry,
 )
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.types import BatchOutcome
 from pipeline.errors import FencedError, OverlapError
 from pipeline.storage.local import LocalJournalStore
@@ -114,7 +115,7 @@ class Env:
 
     def run(
         self,
-        c: Coordinator | AtLeastOnceCoordinator,
+        c: BatchCoordinator,
         incarnation: str,
         batch_id: int,
         start: PartitionOffsets | None,
@@ -125,9 +126,8 @@ class Env:
         """One Spark batch: workers read ``[read_from or start, end)`` (earliest: 0)."""
         rf: Mapping[TopicPartition, int] | None = {} if earliest else (read_from or start)
         write = self.workers.for_batch(rf, end)
-        if isinstance(c, AtLeastOnceCoordinator):
-            return c.run_batch(incarnation, batch_id, start, end, write)
-        # like the Spark runner: ranges can be re-read, the broker's records counted
+        # like the Spark runner: ranges can be re-read, the broker's records counted (the
+        # at-least-once baseline never asks)
         return c.run_batch(
             incarnation,
             batch_id,
@@ -142,9 +142,7 @@ class Env:
         """The coverage check's oracle: records the fake broker has in each range."""
         return {tp: len(self.kafka.read(tp, s, e)) for tp, (s, e) in ranges.items()}
 
-    def batch(
-        self, c: Coordinator | AtLeastOnceCoordinator, k: int, incarnation: str = X
-    ) -> BatchOutcome:
+    def batch(self, c: BatchCoordinator, k: int, incarnation: str = X) -> BatchOutcome:
         return self.run(c, incarnation, k, E[k - 1] if k else None, E[k])
 
     def instant_file(self, time: str, state: str) -> Path:

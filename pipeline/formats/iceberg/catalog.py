@@ -11,7 +11,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
 from pyiceberg.exceptions import NoSuchPropertyException, NotInstalledError
 
-from pipeline.errors import CommitError, ConfigError
+from pipeline.errors import CommitError, ConfigError, one_line
 
 __all__ = ["load_catalog", "mask_uri", "one_line"]
 
@@ -20,13 +20,6 @@ _USERINFO = re.compile(r"(://[^:/@]*):[^@/]*@")
 
 def mask_uri(uri: str) -> str:
     return _USERINFO.sub(r"\1:***@", uri)
-
-
-def one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else ""
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _ensure_sqlite_dir(uri: str) -> None:

@@ -26,7 +26,7 @@ from pipeline.formats.hudi.commit_metadata import commit_metadata_json
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.cow_table import HudiTable
 from pipeline.formats.hudi.layout import EMPTY_COMMIT_METADATA, replace_names
-from pipeline.formats.iceberg.catalog_table import load_catalog
+from pipeline.formats.iceberg.catalog import load_catalog
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 
 FOREIGN = 1_600  # commits after ours: 1,200 of another pipeline, 400 compactions

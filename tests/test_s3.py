@@ -40,7 +40,8 @@ from pipeline.commit.journal import (
 from pipeline.commit.maintenance import CompactionPolicy
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError
-from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.catalog import load_catalog
+from pipeline.formats.iceberg.catalog_table import IcebergTable
 from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema

@@ -34,7 +34,7 @@ from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for
-from pipeline.storage.s3 import journal_store_for
+from pipeline.storage.journal_stores import journal_store_for
 
 
 class IcebergCommitter:

@@ -25,8 +25,9 @@ from pipeline.errors import FencedError
 from pipeline.formats.hudi.commit_metadata import commit_metadata_json
 from pipeline.formats.hudi.committer import HudiCommitter
 from pipeline.formats.hudi.cow_table import HudiTable
-from pipeline.formats.hudi.layout import EMPTY_COMMIT_METADATA, replace_names
-from pipeline.formats.iceberg.catalog_table import load_catalog
+from pipeline.formats.hudi.instant import Action, instant_files
+from pipeline.formats.hudi.layout import EMPTY_COMMIT_METADATA
+from pipeline.formats.iceberg.catalog import load_catalog
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 
 FOREIGN = 1_600  # commits after ours: 1,200 of another pipeline, 400 compactions
@@ -131,7 +132,8 @@ def add_foreign_instants(c: HudiCommitter, n: int) -> None:
             ts = next_instant_time(ts)
             operation, props = foreign_summary(i)
             if operation == Operation.REPLACE.value:
-                c.files.write(f"{meta}/{replace_names(ts)[2]}", EMPTY_COMMIT_METADATA)
+                completed = instant_files(ts, Action.REPLACE_COMMIT)[2]
+                c.files.write(f"{meta}/{completed}", EMPTY_COMMIT_METADATA)
             else:
                 extra = {**props, "ingest.ranges-before": "{}", "ingest.data-loss-before": "{}"}
                 c.files.write(

@@ -27,7 +27,8 @@ from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import Outcome, PartitionStats, StagedBatch
-from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.catalog import load_catalog
+from pipeline.formats.iceberg.catalog_table import IcebergTable
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.storage.local import LocalJournalStore

@@ -183,7 +183,7 @@ def _batch(batch_id: int, epoch: int) -> Any:
 
 
 def _metadata_of(c: HudiCommitter, files: list[bytes], cp: Any) -> bytes:
-    from pipeline.formats.hudi.committer import commit_metadata_json
+    from pipeline.formats.hudi.commit_metadata import commit_metadata_json
     from pipeline.formats.hudi.writer import describe
 
     return commit_metadata_json([describe(f) for f in files], c.spec.avro_schema, cp.to_summary())

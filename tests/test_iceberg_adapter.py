@@ -63,8 +63,10 @@ from pipeline.errors import (
     SchemaChangeRefused,
     find_pipeline_error,
 )
-from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
-from pipeline.formats.iceberg.partition_values import transform_array
+from pipeline.formats.iceberg.catalog import load_catalog
+from pipeline.formats.iceberg.catalog_table import IcebergTable
+from pipeline.formats.iceberg.data_file_codec import deserialize_data_file, serialize_data_file
+from pipeline.formats.iceberg.partition_values import DataFileWriteError, transform_array
 from pipeline.formats.iceberg.schema import (
     KAFKA_COLUMNS,
     FieldSpec,
@@ -74,13 +76,8 @@ from pipeline.formats.iceberg.schema import (
     dead_letter_schema,
     parse_type,
 )
-from pipeline.formats.iceberg.writer import (
-    DataFileWriteError,
-    WriteContext,
-    deserialize_data_file,
-    serialize_data_file,
-    write_data_files,
-)
+from pipeline.formats.iceberg.write_context import WriteContext
+from pipeline.formats.iceberg.writer import write_data_files
 
 UTC = dt.UTC
 FIELDS = [

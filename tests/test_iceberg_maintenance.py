@@ -24,7 +24,8 @@ from pipeline.commit.checkpoint import PIPELINE_ID_KEY
 from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.maintenance import COMPACTION_KEY, CompactionPolicy, WriterFence
 from pipeline.errors import FencedError
-from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.catalog import load_catalog
+from pipeline.formats.iceberg.catalog_table import IcebergTable
 from pipeline.formats.iceberg.compaction import IcebergMaintenance, live_data_files
 from pipeline.formats.iceberg.expiry import expirable, expiry_view
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter

@@ -41,18 +41,17 @@ from pipeline.commit.journal import (
 from pipeline.commit.maintenance import CompactionPolicy
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.errors import ConfigError
-from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.catalog import load_catalog
+from pipeline.formats.iceberg.catalog_table import IcebergTable
 from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.pipeline_tables import IcebergCommitter
 from pipeline.formats.iceberg.schema import FieldSpec, build_partition_spec, build_schema
 from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.storage.fs import filesystem_for
+from pipeline.storage.journal_stores import journal_store_for
 from pipeline.storage.local import LocalJournalStore
-from pipeline.storage.s3 import (
-    JournalStoreError,
-    S3JournalStore,
-    journal_store_for,
-)
+from pipeline.storage.s3 import S3JournalStore
+from pipeline.storage.s3_errors import JournalStoreError
 from pipeline.storage.s3_settings import S3Settings
 
 # ---------------------------------------------------------------------------------------

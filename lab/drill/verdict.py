@@ -166,7 +166,8 @@ def hudi_services_outcome(result: DrillResult, cfg: PipelineConfig) -> None:
     hudi = cfg.sink.hudi
     if hudi is None or hudi.writer != "spark":
         return
-    from pipeline.formats.hudi.layout import COMPLETED_INSTANT_V2, META_DIR
+    from pipeline.formats.hudi.instant import Instant
+    from pipeline.formats.hudi.layout import META_DIR
     from pipeline.formats.hudi.storage import open_location
 
     files = open_location(hudi.base_path, hudi.properties)
@@ -177,7 +178,8 @@ def hudi_services_outcome(result: DrillResult, cfg: PipelineConfig) -> None:
         result.notes.append(f"Hudi timeline not listable: {e}")
         return
     # only completed instants count (a killed writer may leave a temporary <name>.<uuid>)
-    done = Counter(m["action"] for m in map(COMPLETED_INSTANT_V2.match, names) if m)
+    found = (i for i in map(Instant.parse, names) if i is not None and i.completion_time)
+    done = Counter(str(i.action) for i in found)
     actions = ", ".join(f"{done[a]} {a}" for a in sorted(done)) or "none"
     result.notes.append(
         f"Hudi's timeline of the main table: completed {actions}; "

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from lab.peers.coords import SPARK_KAFKA, Columns, empty, to_coords
 from lab.peers.hudi_history import archived_commits
 from lab.peers.model import Progress
-from pipeline.formats.hudi.layout import COMPLETED_INSTANT_V2, INSTANT_FILE
+from pipeline.formats.hudi.instant import Action, Instant, State
 
 COMMIT_TIME = "_hoodie_commit_time"
 
@@ -60,12 +60,19 @@ def completions(base: Path) -> dict[str, str]:
         names = [p.name for p in (hoodie / "timeline").iterdir()]
     except FileNotFoundError:
         return {
-            m["ts"]: _instant(p.stat().st_mtime)
+            i.time: _instant(p.stat().st_mtime)
             for p in (hoodie.iterdir() if hoodie.is_dir() else [])
-            if (m := INSTANT_FILE.match(p.name)) and m["action"] == "commit" and not m["state"]
+            if (i := Instant.parse(p.name))
+            and i.action is Action.COMMIT
+            and i.state is State.COMPLETED
+            and i.completion_time is None
         }
-    found = (COMPLETED_INSTANT_V2.match(n) for n in names)
-    return {m["requested"]: m["completed"] for m in found if m and m["action"] == "commit"}
+    found = (Instant.parse(n) for n in names)
+    return {
+        i.time: i.completion_time
+        for i in found
+        if i is not None and i.completion_time is not None and i.action is Action.COMMIT
+    }
 
 
 def _instant(epoch_s: float) -> str:

@@ -25,10 +25,11 @@ class SparkConfig(_Model):
     app_name: str = "kafka-lakehouse-ingest"
     conf: dict[str, str] = Field(default_factory=dict)
     # the driver JVM maps its classes from a class-data-sharing archive made by an earlier
-    # start (pipeline/spark/class_archive.py): seconds and CPU-seconds off each start
+    # start (pipeline/spark/class_archive.py): a start spends less time and CPU loading them
     class_archive: bool = True
     # the driver JVM's JIT where the pipeline starts it: c1 (-XX:TieredStopAtLevel=1, less
-    # CPU over a run's first minutes, measured) or tiered (the JVM's default, C1 then C2)
+    # CPU over a run's first minutes: docs/bench.md, "The driver JVM's JIT") or tiered (the
+    # JVM's default, C1 then C2)
     driver_jit: Literal["c1", "tiered"] = "c1"
 
 

@@ -70,8 +70,9 @@ class SinkConfig(_Model):
     # Commits of history kept (Iceberg: snapshots of main, older ones expired, metadata
     # only; Hudi: completed commits on the active timeline) so commit latency stays flat.
     # Dedupe sees only these; older replays hit the overlap check. Each retained Iceberg
-    # snapshot costs every commit ~0.25 ms (pyiceberg re-reads, deep-copies and rewrites
-    # the whole metadata): 30 kept measured 1.3x of a new table's commit, 100 kept 1.6x.
+    # snapshot makes every commit dearer (pyiceberg re-reads, deep-copies and rewrites the
+    # whole metadata); 30 keeps that small (figures: docs/bench.md, "Figures behind the
+    # code's choices").
     max_snapshots: int = Field(default=30, ge=10, le=100_000)
 
     @property

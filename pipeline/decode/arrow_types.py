@@ -55,8 +55,9 @@ def arrow_type(t: ColumnType) -> pa.DataType:
 def from_python_type(t: ColumnType) -> pa.DataType:
     """The type Python rows (the registry decoders') are converted to first:
     :func:`arrow_type` with zoned timestamps naive. pyarrow converts an aware ``datetime``
-    to a naive timestamp (as UTC) about 5 times faster than to a zoned one (measured: 0.4 against
-    2.3 µs a value); the cast to :func:`arrow_type` after it only sets the zone."""
+    to a naive timestamp (as UTC) several times faster than to a zoned one (docs/bench.md,
+    "Figures behind the code's choices"); the cast to :func:`arrow_type` after it only sets
+    the zone."""
     if isinstance(t, Primitive) and t.name == "timestamptz":
         return pa.timestamp("us")
     if isinstance(t, ListOf):

@@ -41,8 +41,9 @@ _FORCED = {
     "auto.offset.reset": "error",  # we detect out-of-range ourselves (failOnDataLoss)
     "enable.partition.eof": "false",
 }
-# librdkafka's default fetch back-off pauses fetching for 1 s once 100k messages are
-# queued, which capped throughput at a tenth (measured). How much a read prefetches is set
+# librdkafka's default fetch back-off pauses fetching for a second once 100k messages are
+# queued, which capped throughput far below what the reader takes (figures:
+# docs/bench.md, "Figures behind the code's choices"). How much a read prefetches is set
 # per read from its range (``fetch_sizing``).
 _DEFAULTS = {
     "fetch.queue.backoff.ms": "10",
@@ -50,18 +51,15 @@ _DEFAULTS = {
     "socket.keepalive.enable": "true",
 }
 # (most records a read takes from one partition, queued.min.messages,
-#  max.partition.fetch.bytes). On Apache Kafka 4.1 (4 partitions of ~270 B records)
-# librdkafka's defaults fetched 15.7x the bytes delivered for 500-record ranges and 2.7x
-# for 5,000-record ones, because each partition prefetches up to 100k messages past its
-# range; these buckets fetched 3.2x and 1.3x, and the small reads took 1.0 s instead of
-# 2.7 s. Every record fetched is decompressed and parsed in the task, so the small
-# buckets matter most with many partitions: a 16-record range that fetched 256 KiB cost
-# ~10 ms of CPU per partition per read (zstd batches, 64 partitions per read: 0.65 CPU-s
-# a read, 0.05 with 4 KiB; 160-record ranges 0.99 and 0.19 with 32 KiB). About 128 B a
-# record on the wire was the best of 32-256 B for ~270 B and ~1.2 KB records alike; the
-# broker returns a whole record batch however small the limit (a 900 KB batch read with
-# 4 KiB was no slower). Buckets, not exact sizes: a pooled consumer is reused only by an
-# equal config.
+#  max.partition.fetch.bytes). With librdkafka's defaults each partition prefetches up to
+# 100k messages past a read's range, so a small read fetched many times the bytes it
+# delivered; these buckets bound the prefetch by the range. Every record fetched is
+# decompressed and parsed in the task, so the small buckets matter most with many
+# partitions. The limits allow about 128 B a record on the wire, the best of the sizes
+# tried for small and large records alike; the broker returns a whole record batch
+# however small the limit, so a low limit never slows a read of large batches (figures:
+# docs/bench.md, "Figures behind the code's choices"). Buckets, not exact sizes: a pooled
+# consumer is reused only by an equal config.
 _FETCH_BUCKETS = (
     (32, 1_000, 4_096),
     (256, 1_000, 32_768),

@@ -4,74 +4,18 @@
 so several pipelines or tests can live in one process), the HTTP endpoint
 (``/metrics``, ``/healthz``, ``/readyz``; :mod:`pipeline.observe.health`) and a background
 thread that refreshes consumer lag from the broker every ``metrics.lagRefreshSeconds``,
-also while no batch runs. It is split by job: the registry and readiness here, outcome
-accounting in :mod:`pipeline.observe.accounting`, lag in :mod:`pipeline.observe.lag`; a
-pipeline feeds it through :class:`pipeline.observe.observers.MetricsObserver`.
+also while no batch runs. It is split by job: the registry and exposition here, readiness
+and the warm-standby series in :mod:`pipeline.observe.readiness`, outcome accounting in
+:mod:`pipeline.observe.accounting`, lag in :mod:`pipeline.observe.lag`, the tables' data
+files in :mod:`pipeline.observe.files`; a pipeline feeds it through
+:class:`pipeline.observe.observers.MetricsObserver`.
 
-Exported metrics (all prefixed ``ingest_``; labels bounded: ``topic`` is capped at
-``max_topics`` values, ``partition`` at ``max_lag_series`` series, the rest are enums):
-
-====================================================  =========  ===========================
-name                                                  type       labels
-====================================================  =========  ===========================
-ingest_build_info                                     gauge      version, python_version,
-                                                                 pyspark_version
-ingest_pipeline_info                                  gauge      pipeline_id, table, format
-ingest_records_total                                  counter    topic
-ingest_bytes_total                                    counter    topic
-ingest_dead_letter_records_total                      counter    -
-ingest_unknown_field_records_total                    counter    -
-ingest_data_loss_records_total                        counter    topic
-ingest_overlap_dropped_records_total                  counter    -
-ingest_batches_total                                  counter    -
-ingest_commits_total                                  counter    outcome
-ingest_phase_duration_seconds                         histogram  phase
-ingest_consumer_lag_records                           gauge      topic, partition
-ingest_lag_refresh_timestamp_seconds                  gauge      -
-ingest_lag_refresh_errors_total                       counter    -
-ingest_last_commit_timestamp_seconds                  gauge      -
-ingest_last_commit_age_seconds                        gauge      -
-ingest_last_batch_id                                  gauge      -
-ingest_pending_instants                               gauge      -
-ingest_writer_epoch                                   gauge      -
-ingest_writer_fenced                                  gauge      -
-ingest_query_active                                   gauge      -
-ingest_ready                                          gauge      -
-ingest_ha_role                                        gauge      role
-ingest_ha_active                                      gauge      -
-ingest_ha_lease_age_seconds                           gauge      -
-ingest_ha_takeovers_total                             counter    -
-ingest_table_data_files                               gauge      table
-ingest_table_data_file_average_bytes                  gauge      table
-ingest_compactions_total                              counter    table
-ingest_compacted_files_total                          counter    table
-ingest_orphan_files_removed_total                     counter    table
-process_* / python_info                               (prometheus-client's collectors)
-====================================================  =========  ===========================
-
-Semantics
-  * ``records``: rows made visible in the main table (dead letters excluded), counted on
-    ``committed`` and ``recommitted`` outcomes. ``bytes``: bytes of the data files those
-    commits added to the main table (Parquet, after compression).
-  * ``commits_total{outcome}``: committed, replay_skipped, recommitted, rolled_back,
-    fenced, failed -- all pre-created at 0 so ``increase()`` sees the first event.
-  * ``consumer_lag_records``: broker end offset (last stable offset under
-    read_committed) minus the table's committed end offset, per assigned partition; for a
-    partition the table has no offset for yet, end minus log start.
-  * ``last_commit_age_seconds``: since the last commit of this pipeline (seeded from the
-    table's newest commit of the pipeline at start, any table format), or since the
-    exporter started when the table holds none.
-  * ``table_data_files`` / ``table_data_file_average_bytes``: measured every
-    ``maintenance.fileStatsInterval`` (and after each compaction) by the driver's
-    background maintenance; absent until the first measurement.
-  * ``ready``: 1 when ``/readyz`` answers 200: the streaming query is active, the last
-    batch did not fail and the writer was not fenced -- or the replica is a warm standby
-    (``ha.mode``), which is healthy and ready to take over.
-  * ``ha_role{role}``: 1 for this replica's role (off, standby, active, stopped);
-    ``ha_active``: 1 while this replica writes (with ``ha.mode`` off: while the query is
-    active); ``ha_lease_age_seconds``: a standby's view of the lease (since it last
-    changed), an active's time since its last renewal; ``ha_takeovers_total``: times
-    this replica took over after standing by.
+The exported series, all prefixed ``ingest_``, are the ones :meth:`PipelineMetrics.__init__`
+registers, each with its help text, plus :class:`~pipeline.observe.readiness.HaCollector`'s
+and :class:`~pipeline.observe.files.FileMetrics`' (prometheus-client adds ``process_*`` and
+``python_info``); :meth:`PipelineMetrics.exported_names` lists them. Labels are bounded:
+``topic`` is capped at ``max_topics`` values, ``partition`` at ``max_lag_series`` series,
+the rest are enums.
 """
 
 from __future__ import annotations
@@ -92,7 +36,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from pipeline.commit.lease import HaStatus
@@ -101,11 +45,11 @@ from pipeline.observe.accounting import (
     OUTCOMES,
     PHASES,
     OutcomeAccounting,
-    one_line,
 )
 from pipeline.observe.files import FileMetrics
 from pipeline.observe.health import HealthServer
 from pipeline.observe.lag import LagExport
+from pipeline.observe.readiness import HaCollector, Readiness
 
 if TYPE_CHECKING:
     from pipeline.config import PipelineConfig
@@ -151,40 +95,7 @@ class _WithoutCreated(Collector):
         return _WithoutCreated(self._source.restricted_registry(names))
 
 
-HA_ROLES = ("off", "standby", "active", "stopped")
-
-
-class _HaCollector(Collector):
-    """The warm-standby series, read from the pipeline's lease at each scrape."""
-
-    def __init__(self, metrics: PipelineMetrics) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        st = self.metrics.ha_status()
-        role = GaugeMetricFamily(
-            "ingest_ha_role", "1 for this replica's warm-standby role.", labels=["role"]
-        )
-        for name in HA_ROLES:
-            role.add_metric([name], 1.0 if st.role == name else 0.0)
-        yield role
-        writes = st.role == "active" or (st.role == "off" and self.metrics.query_active())
-        yield GaugeMetricFamily(
-            "ingest_ha_active", "1 while this replica writes.", value=1.0 if writes else 0.0
-        )
-        yield GaugeMetricFamily(
-            "ingest_ha_lease_age_seconds",
-            "Standby: since the lease last changed; active: since its last renewal.",
-            value=st.lease_age_s,
-        )
-        yield CounterMetricFamily(
-            "ingest_ha_takeovers",
-            "Times this replica took over the lease after standing by.",
-            value=st.takeovers,
-        )
-
-
-class PipelineMetrics(OutcomeAccounting, LagExport):
+class PipelineMetrics(OutcomeAccounting, LagExport, Readiness):
     """Metrics, readiness state and the HTTP endpoint of one pipeline's driver.
 
     Thread-safe: the batch thread, recovery code, the lag thread and scrapes may call in
@@ -230,6 +141,8 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         )
         info.labels(pipeline_id, table, format_name).set(1)
 
+        # counted on the committed and recommitted outcomes; bytes: of the data files those
+        # commits added to the main table (Parquet, after compression)
         self.records = Counter(
             "ingest_records",
             "Records committed to the main table (dead letters excluded).",
@@ -276,7 +189,7 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
             ["outcome"],
             registry=r,
         )
-        for outcome in OUTCOMES:
+        for outcome in OUTCOMES:  # created at 0, so increase() sees the first event
             self.commits.labels(outcome)
         self.phase_duration = Histogram(
             "ingest_phase_duration_seconds",
@@ -287,6 +200,8 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         )
         for phase in PHASES:
             self.phase_duration.labels(phase)
+        # per assigned partition; the broker's end is the last stable offset under
+        # read_committed; a partition the table has no offset for yet: end minus log start
         self.consumer_lag = Gauge(
             "ingest_consumer_lag_records",
             "Broker end offset minus the table's committed end offset.",
@@ -308,6 +223,7 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
             "Unix time of the last commit of this pipeline (0: none known).",
             registry=r,
         )
+        # the last commit is seeded at start from the table's newest commit of the pipeline
         age = Gauge(
             "ingest_last_commit_age_seconds",
             "Seconds since the last commit (since exporter start when none is known).",
@@ -354,7 +270,7 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
         self._query_reason = "query not started"
         self._warned: set[str] = set()
         self._observed_any = False
-        r.register(_HaCollector(self))  # after the state it reads (described at register)
+        r.register(HaCollector(self))  # after the state it reads (described at register)
 
         self._exposition = _WithoutCreated(self.registry)
         self._server = HealthServer(self._exposition, self.readiness, host, port)
@@ -405,67 +321,6 @@ class PipelineMetrics(OutcomeAccounting, LagExport):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # -- readiness ---------------------------------------------------------------------
-
-    def set_query_active(self, active: bool, reason: str = "") -> None:
-        """Query state for readiness when no query is watched (see :meth:`watch_query`)."""
-        with self._lock:
-            self._query_active = active
-            self._query_reason = reason or ("" if active else "query not active")
-
-    def watch_query(self, query: Any) -> None:
-        """Read ``isActive`` / ``exception()`` of a ``StreamingQuery`` at each probe and
-        scrape (overrides :meth:`set_query_active`)."""
-        with self._lock:
-            self._query = query
-
-    def watch_standby(self, status: Callable[[], HaStatus]) -> None:
-        """The replica's lease (``pipeline.standby.Standby.status``), read at each probe."""
-        with self._lock:
-            self._ha = status
-
-    def ha_status(self) -> HaStatus:
-        with self._lock:
-            status = self._ha
-        if status is None:
-            return HaStatus("off")
-        try:
-            return status()
-        except Exception:  # a metrics problem must never fail the pipeline
-            return HaStatus("off")
-
-    def query_active(self) -> bool:
-        return self._query_state()[0]
-
-    def _query_state(self) -> tuple[bool, str]:
-        with self._lock:
-            query, active, reason = self._query, self._query_active, self._query_reason
-        if query is None:
-            return active, reason
-        try:
-            if query.isActive:
-                return True, ""
-            exc = query.exception()
-        except Exception as e:  # JVM gone (shutdown) or py4j error
-            return False, f"query status unavailable ({type(e).__name__})"
-        return False, "query terminated" + (f": {one_line(exc)}" if exc is not None else "")
-
-    def readiness(self) -> tuple[bool, str]:
-        """``(ready, reason)``: query active, last batch not failed, not fenced."""
-        with self._lock:
-            fenced, failed = self._fenced, self._failed
-        if fenced is not None:
-            return False, f"writer fenced: {fenced}"
-        if failed is not None:
-            return False, failed
-        ha = self.ha_status()
-        if ha.role == "standby":
-            return (True, "") if ha.warm else (False, "standby warming up")
-        active, reason = self._query_state()
-        if not active:
-            return False, reason or "query not active"
-        return True, ""
 
     # -- exposition --------------------------------------------------------------------
 

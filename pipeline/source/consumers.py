@@ -1,9 +1,9 @@
 """Kafka consumers a Python worker process keeps from one task to the next.
 
 Creating a consumer, connecting it to the brokers, looking up topic metadata and closing it
-again cost ~25 ms of CPU per task against ~12 ms for re-assigning a kept one (measured with
-the embedded broker, docs/bench.md). A reused Spark Python worker runs one task at a time,
-so a small per-process pool is enough.
+again costs a task about twice the CPU of re-assigning a kept one (docs/bench.md, "Figures
+behind the code's choices"). A reused Spark Python worker runs one task at a time, so a
+small per-process pool is enough.
 
 Rules
   * A consumer is keyed by its whole configuration but the placeholder ``group.id``: a

@@ -85,7 +85,7 @@ def _binary(payloads: Payloads) -> pa.Array:
 
 class _Columns:
     """Column builders for one Arrow batch (plain lists: the fastest path from
-    confluent-kafka's Message objects: ~790k msg/s including Parquet, measured on a 2-core host)."""
+    confluent-kafka's Message objects; docs/bench.md, "Figures behind the code's choices")."""
 
     def __init__(self, include_headers: bool) -> None:
         self.include_headers = include_headers

@@ -63,7 +63,9 @@ JAR_SETS = {
 # idle consumers than partitions never pile up (they are closed after 5 idle minutes).
 CONSUMER_POOL_KEY = "spark.kafka.consumer.cache.capacity"
 CONSUMER_POOL_CAPACITY = 4096
-NEWEST_JAR_LINE = (4, 2)  # 4.3 runs the 4.2 jars (no 4.3.0 on Maven Central here)
+# the newest jar set: 4.3 runs the 4.2 jars (why: docs/bench.md, "Figures behind the
+# code's choices")
+NEWEST_JAR_LINE = (4, 2)
 # the jars Spark does not ship itself (the set's other jars are Spark's own)
 _OWN_JARS = ("spark-sql-kafka-", "spark-token-provider-kafka-", "kafka-clients-", "commons-pool2-")
 

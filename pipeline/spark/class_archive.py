@@ -1,8 +1,8 @@
 """A class-data-sharing archive for the driver JVM (JDK dynamic AppCDS).
 
 A driver JVM loads, verifies and links some 10,000 classes from Spark's jars before its
-first job; mapped from an archive they cost a fraction (measured on the 2-core host: the
-session 7.0-7.9 -> 4.2-4.3 CPU-s and 7-10 -> 3-5 s, the first job 3.5-4.0 -> 1.9-2.3 CPU-s).
+first job; mapped from an archive they cost about half the time and CPU (docs/bench.md,
+"Figures behind the code's choices").
 
     java_options(jvm_home)  the option to add to spark.driver.extraJavaOptions:
                             -XX:SharedArchiveFile=<archive> when there is one, else (one

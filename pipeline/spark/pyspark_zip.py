@@ -4,7 +4,8 @@ Spark starts its Python processes with ``$SPARK_HOME/python/lib/pyspark.zip`` an
 zip at the head of ``PYTHONPATH``, so they import PySpark from the zip even when the same
 PySpark is installed as a package. PySpark's wheel ships the zip with sources only, and
 Python caches nothing it compiles from a zip: every such process compiles PySpark again
-(~0.5-0.9 CPU-s on the 2-core host). Processes forked from a worker daemon pay it once per
+(most of a planner process's start: docs/bench.md, "Figures behind the code's choices").
+Processes forked from a worker daemon pay it once per
 daemon, but the streaming source's planner (``python_streaming_source_runner``) is a new
 process for every query start -- each start-up, restart and warm standby's take-over.
 

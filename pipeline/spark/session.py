@@ -151,9 +151,9 @@ def build_spark(
     return spark
 
 
-#: spark.driverJit -> the driver JVM's option. c1: its quick compiler only. Measured on
-#: the 2-core host (docs/bench.md, "The driver JVM's JIT"): tiered compilation's C2 spent
-#: more CPU compiling during a run's first minute than its code saved, on both readers
+#: spark.driverJit -> the driver JVM's option. c1: its quick compiler only: tiered
+#: compilation's C2 spent more CPU compiling during a run's first minute than its code
+#: saved, on both readers (docs/bench.md, "The driver JVM's JIT")
 JIT_OPTIONS = {"c1": "-XX:TieredStopAtLevel=1", "tiered": ""}
 
 
@@ -249,7 +249,7 @@ def warm_up(spark: Any, *, rdd: bool = True, sql: bool = True) -> None:
 def warm_up_in_background(spark: Any, *, rdd: bool, sql: bool) -> threading.Thread:
     """:func:`warm_up` on a thread of its own, for a run with no standby (which warmed up
     while it waited): the first batch's tasks would otherwise wait for the worker daemon to
-    import the task path (~1.2 CPU-s before its first fork) and pay the workers' first
+    import the task path before its first fork and pay the workers' first
     task; here the workers' first tasks overlap Spark's start of the query. The daemon's
     own start does not: Spark starts Python processes one at a time
     (``SparkEnv.createPythonWorker`` is synchronized), so the query's data source processes

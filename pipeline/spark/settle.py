@@ -3,8 +3,8 @@
 PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker. A full
 collection walks every object the collector tracks, and a worker that has imported
 pyiceberg, pydantic, pyarrow and confluent-kafka tracks hundreds of thousands of them,
-almost all module-level and immortal: measured here, 60-65 ms of CPU per task, two thirds
-of a small batch's cost in the worker (docs/bench.md, "Where the time goes").
+almost all module-level and immortal: most of a small batch's cost in the worker went to
+it (docs/bench.md, "Figures behind the code's choices").
 
 :func:`settle` moves everything alive at the end of a worker's first task setup into the
 collector's permanent generation (``gc.freeze``), so the per-task collections only walk

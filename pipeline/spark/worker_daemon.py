@@ -3,14 +3,14 @@
 Spark starts one daemon per executor (``python -m <spark.python.daemon.module>``) and forks
 each Python worker from it. PySpark's own daemon imports nothing of ours, so every new
 worker imports pyarrow, pyiceberg, confluent-kafka and the pipeline's task modules itself
-(~0.5 CPU-s each, measured on the 2-core host) -- part of why a run's first batch costs
-many times a steady one. Imported here, the forked workers inherit them, and share their
+(docs/bench.md, "Figures behind the code's choices") -- part of why a run's first batch
+costs many times a steady one. Imported here, the forked workers inherit them, and share their
 pages with the daemon.
 
 Spark puts ``pyspark.zip``, py4j's zip and the spark-core jar at the head of a worker's
 path, and a worker's first task calls ``importlib.invalidate_caches()``, which makes every
-zip importer read its archive's directory again in Python (~0.4-0.8 CPU-s a worker on the
-2-core host, for nothing: the jar holds no Python). Where those archives belong to the
+zip importer read its archive's directory again in Python (a noticeable cost per worker,
+for nothing: the jar holds no Python). Where those archives belong to the
 PySpark installed as a package (a pip-installed PySpark ships them inside it), the daemon
 drops them from the path first, so it and its workers import that package instead: the
 same files, byte code cached, no archive to re-read.
@@ -30,7 +30,8 @@ from importlib.machinery import PathFinder
 
 #: what a task imports (the decode, the Kafka reader and the staged-file writer) and what
 #: its plan unpickles: the formats' file writers (Iceberg's imports pyiceberg's pyarrow I/O,
-#: ~0.7 s; a worker forked without it paid that in its first task, a take-over's too)
+#: the dearest import of all; a worker forked without it paid that in its first task, a
+#: take-over's too)
 COMMON_TASK_MODULES = ("pipeline.decode.arrow", "pipeline.source.reader", "pipeline.spark.writer")
 FORMAT_WRITERS = {
     "iceberg": ("pipeline.formats.iceberg.writer",),

@@ -28,7 +28,9 @@ Properties (pyiceberg-style, as in the catalog configuration): ``s3.endpoint``,
 ``s3.access-key-id``, ``s3.secret-access-key``, ``s3.session-token``, ``s3.region``,
 ``s3.profile-name`` (each also as ``client.*``), ``s3.path-style-access``,
 ``s3.force-virtual-addressing``, ``s3.connect-timeout``, ``s3.request-timeout`` (seconds);
-parsed by :mod:`pipeline.storage.s3_settings`.
+parsed by :mod:`pipeline.storage.s3_settings`. The client: :mod:`pipeline.storage.s3_client`;
+the errors and their classification: :mod:`pipeline.storage.s3_errors`; the store for a
+root URI: :mod:`pipeline.storage.journal_stores`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 from tenacity import (
     RetryCallState,
@@ -50,101 +51,29 @@ from tenacity import (
     wait_random,
 )
 
-from pipeline.commit.journal import AlreadyExists, JournalStore
-from pipeline.errors import CommitError, ConfigError
-from pipeline.storage.local import LocalJournalStore
-from pipeline.storage.s3_settings import S3_SCHEMES, S3Settings, split_s3_uri
+from pipeline.commit.journal import AlreadyExists
+from pipeline.errors import ConfigError
+from pipeline.storage.s3_client import make_s3_client
+from pipeline.storage.s3_errors import (
+    JournalStoreError,
+    client_error_parts,
+    describe,
+    is_conflict,
+    is_connection_error,
+    is_precondition_failed,
+    retryable,
+)
+from pipeline.storage.s3_settings import S3Settings, split_s3_uri
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-TOKEN_KEY = "ingest-token"  # user metadata: x-amz-meta-ingest-token
+__all__ = ["S3JournalStore"]
 
-_RETRYABLE_CODES = frozenset(
-    {
-        "ConditionalRequestConflict",
-        "OperationAborted",
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "TooManyRequestsException",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-    }
-)
+TOKEN_KEY = "ingest-token"  # user metadata: x-amz-meta-ingest-token
 
 _verified: set[tuple[str, str]] = set()
 _verified_lock = threading.Lock()
-
-
-class JournalStoreError(CommitError):
-    """The object store refused or kept failing a journal operation."""
-
-    code = "journal-store"
-
-
-# ---------------------------------------------------------------------------------------
-# Error classification
-# ---------------------------------------------------------------------------------------
-
-
-def _client_error_parts(exc: BaseException) -> tuple[str, int] | None:
-    """``(error code, HTTP status)`` of a botocore ClientError, else None."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return None
-    code = str(response.get("Error", {}).get("Code", ""))
-    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    return code, status
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    from botocore.exceptions import ConnectionError as BotoConnectionError
-    from botocore.exceptions import HTTPClientError
-
-    return isinstance(exc, BotoConnectionError | HTTPClientError)
-
-
-def _is_conflict(exc: BaseException) -> bool:
-    parts = _client_error_parts(exc)
-    return parts is not None and parts[1] == 409
-
-
-def _is_precondition_failed(exc: BaseException) -> bool:
-    parts = _client_error_parts(exc)
-    return parts is not None and (parts[1] == 412 or parts[0] == "PreconditionFailed")
-
-
-def _retryable(exc: BaseException) -> bool:
-    if _is_connection_error(exc):
-        return True
-    parts = _client_error_parts(exc)
-    if parts is None:
-        return False
-    code, status = parts
-    if code in _RETRYABLE_CODES or status in (409, 429):
-        return True
-    return status >= 500 and status != 501
-
-
-def _describe(exc: BaseException) -> str:
-    parts = _client_error_parts(exc)
-    if parts is not None:
-        code, status = parts
-        message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", "")).strip()
-        head = f"{code or 'HTTP error'} ({status})"
-        return f"{head}: {message}" if message else head
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-
-
-# ---------------------------------------------------------------------------------------
-# The store
-# ---------------------------------------------------------------------------------------
 
 
 class S3JournalStore:
@@ -180,7 +109,8 @@ class S3JournalStore:
         self._client = (
             client
             if client is not None
-            else self._make_client(
+            else make_s3_client(
+                endpoint=self.endpoint,
                 access_key=access_key,
                 secret_key=secret_key,
                 session_token=session_token,
@@ -221,48 +151,6 @@ class S3JournalStore:
             **kwargs,
         )
 
-    def _make_client(
-        self,
-        *,
-        access_key: str | None,
-        secret_key: str | None,
-        session_token: str | None,
-        region: str | None,
-        profile: str | None,
-        virtual_addressing: bool | None,
-        connect_timeout: float | None,
-        request_timeout: float | None,
-    ) -> Any:
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError:
-            raise ConfigError(
-                "the instant journal on S3 needs boto3 (pip install 'boto3>=1.35.2')"
-            ) from None
-        if virtual_addressing is None:
-            style = "path" if self.endpoint else "auto"
-        else:
-            style = "virtual" if virtual_addressing else "path"
-        config = Config(
-            s3={"addressing_style": style},
-            # exactly one attempt per call: retries happen in this module (see module doc)
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=connect_timeout or 10.0,
-            read_timeout=request_timeout or 30.0,
-            max_pool_connections=32,
-        )
-        session = boto3.session.Session(profile_name=profile or None)
-        return session.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key,
-            aws_session_token=session_token,
-            region_name=region,
-            config=config,
-        )
-
     # -- helpers --------------------------------------------------------------------------
     def __repr__(self) -> str:
         where = f" at {self.endpoint}" if self.endpoint else ""
@@ -285,13 +173,13 @@ class S3JournalStore:
                 "object store call failed (attempt %d of %d), retrying: %s",
                 state.attempt_number,
                 self.max_attempts,
-                _describe(exc) if exc else "?",
+                describe(exc) if exc else "?",
             )
 
         return Retrying(
             stop=stop_after_attempt(self.max_attempts),
             wait=wait_exponential(multiplier=0.1, max=self.max_wait) + wait_random(0, 0.1),
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(retryable),
             before_sleep=before_sleep,
             reraise=True,
         )
@@ -302,11 +190,11 @@ class S3JournalStore:
         except (AlreadyExists, ConfigError):
             raise
         except Exception as e:
-            if _client_error_parts(e) is None and not _is_connection_error(e):
+            if client_error_parts(e) is None and not is_connection_error(e):
                 raise
-            gave_up = f" after {self.max_attempts} attempts" if _retryable(e) else ""
+            gave_up = f" after {self.max_attempts} attempts" if retryable(e) else ""
             raise JournalStoreError(
-                f"journal {what} of {self._where(key)} failed{gave_up}: {_describe(e)}"
+                f"journal {what} of {self._where(key)} failed{gave_up}: {describe(e)}"
             ) from e
 
     # -- JournalStore -----------------------------------------------------------------------
@@ -329,19 +217,19 @@ class S3JournalStore:
                     ContentType="application/json",
                 )
             except Exception as e:
-                if _is_precondition_failed(e):
+                if is_precondition_failed(e):
                     if unknown_outcome and self._created_by(key, token, data):
                         log.info("journal entry %s: an earlier attempt created it", name)
                         return
                     raise AlreadyExists(f"journal entry {name} already exists") from None
-                if _retryable(e) and not _is_conflict(e):
+                if retryable(e) and not is_conflict(e):
                     unknown_outcome = True  # a 409 is a refusal; anything else may have landed
                 raise
 
         try:
             self._call("create", key, attempt)
         except JournalStoreError as e:
-            if not isinstance(e.__cause__, Exception) or not _is_conflict(e.__cause__):
+            if not isinstance(e.__cause__, Exception) or not is_conflict(e.__cause__):
                 raise
             # the conflict never cleared: the key's existence is the outcome
             if self._exists(key):
@@ -391,7 +279,7 @@ class S3JournalStore:
             try:
                 self._client.delete_object(Bucket=self.bucket, Key=key)
             except Exception as e:
-                parts = _client_error_parts(e)
+                parts = client_error_parts(e)
                 if parts is not None and parts[0] in ("NoSuchKey", "404"):
                     return
                 raise
@@ -404,7 +292,7 @@ class S3JournalStore:
             try:
                 return dict(self._client.head_object(Bucket=self.bucket, Key=key))
             except Exception as e:
-                parts = _client_error_parts(e)
+                parts = client_error_parts(e)
                 if parts is not None and (parts[1] == 404 or parts[0] in ("NoSuchKey", "404")):
                     return None
                 raise
@@ -431,7 +319,7 @@ class S3JournalStore:
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=key)
             except Exception as e:
-                parts = _client_error_parts(e)
+                parts = client_error_parts(e)
                 if parts is not None and parts[0] in ("NoSuchKey", "404"):
                     return None
                 raise
@@ -466,7 +354,7 @@ class S3JournalStore:
                 self._call("conditional-write probe", key, put)
             except JournalStoreError as e:
                 cause = e.__cause__
-                if not (isinstance(cause, Exception) and _is_precondition_failed(cause)):
+                if not (isinstance(cause, Exception) and is_precondition_failed(cause)):
                     raise
             else:
                 raise ConfigError(
@@ -475,7 +363,7 @@ class S3JournalStore:
                     "atomic conditional creates"
                 )
         except JournalStoreError as e:
-            parts = _client_error_parts(e.__cause__) if e.__cause__ else None
+            parts = client_error_parts(e.__cause__) if e.__cause__ else None
             if parts is not None and parts[1] in (400, 501):
                 raise ConfigError(
                     f"the object store at {store} does not support conditional creates "
@@ -487,27 +375,3 @@ class S3JournalStore:
                 self._call("delete", key, delete)
         with _verified_lock:
             _verified.add(ident)
-
-
-def journal_store_for(root_uri: str, properties: Mapping[str, str] | None = None) -> JournalStore:
-    """The journal store for a root URI: a local directory or an S3-compatible prefix.
-
-    ``file:///abs/dir`` and plain paths -> :class:`LocalJournalStore`; ``s3://``, ``s3a://``,
-    ``s3n://`` -> :class:`S3JournalStore` configured from the pyiceberg-style ``s3.*``
-    ``properties`` (the catalog properties).
-    """
-    props = dict(properties or {})
-    if "://" not in root_uri:
-        return LocalJournalStore(root_uri)
-    parsed = urlparse(root_uri)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise ConfigError(f"journal root {root_uri!r}: file URIs must be local (file:///path)")
-        return LocalJournalStore(parsed.path)
-    if parsed.scheme in S3_SCHEMES:
-        return S3JournalStore.from_uri(root_uri, props)
-    raise ConfigError(
-        f"the instant journal at {root_uri} needs a local/HDFS-style path (file://) or an "
-        f"S3-compatible store with conditional writes (s3://, s3a://); {parsed.scheme}:// is "
-        "not supported (use commit.mode=at-least-once there)"
-    )

@@ -5,14 +5,17 @@ docs/hudi.md for why). Modules:
 
 * :mod:`~pipeline.formats.hudi.schema`  -- table spec: Arrow types written, Avro schema committed,
   key generator, record keys and hive-style partition paths.
-* :mod:`~pipeline.formats.hudi.layout`  -- ``hoodie.properties``, instant/base-file names, atomic
+* :mod:`~pipeline.formats.hudi.layout`  -- ``hoodie.properties``, base-file names, atomic
   files, the table lock.
+* :mod:`~pipeline.formats.hudi.instant` -- instants (action, state) and their file names, built
+  and parsed in one place.
 * :mod:`~pipeline.formats.hudi.writer`  -- worker side: base files with the five meta columns.
-* :mod:`~pipeline.formats.hudi.timeline` -- the ``.hoodie`` instant files, parsed and indexed.
+* :mod:`~pipeline.formats.hudi.timeline` -- the ``.hoodie`` instant files, indexed.
 * :mod:`~pipeline.formats.hudi.cow_table`   -- driver side: timeline reads, creation, commit files,
-  rollback, trimming (:class:`~pipeline.formats.hudi.cow_table.HudiTable`).
-* :mod:`~pipeline.formats.hudi.committer` -- :class:`HudiCommitter`,
-  the coordinator's ``TableCommitter``.
+  rollback (:class:`~pipeline.formats.hudi.cow_table.HudiTable`); which tables it may write:
+  :mod:`~pipeline.formats.hudi.compatibility`; trimming: :mod:`~pipeline.formats.hudi.trim`.
+* :mod:`~pipeline.formats.hudi.committer` -- :class:`HudiCommitter`, the coordinator's
+  ``TableCommitter``; its staged files: :mod:`~pipeline.formats.hudi.staged_files`.
 * :mod:`~pipeline.formats.hudi.journal` -- the instant journal kept inside ``.hoodie/.ingest/``.
 * :mod:`~pipeline.formats.hudi.pipeline_tables`   -- :class:`HudiTables`, built from the pipeline
   config like ``IcebergTables``.

@@ -38,9 +38,8 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from pipeline.commit.checkpoint import (
     PIPELINE_ID_KEY,
@@ -49,33 +48,27 @@ from pipeline.commit.checkpoint import (
     find_batch,
 )
 from pipeline.commit.fence import check_fence
-from pipeline.commit.history import carry_forward, forgettable
+from pipeline.commit.history import carry_forward
 from pipeline.commit.instant import next_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.commit.offsets import TopicPartition
 from pipeline.errors import CommitError
 from pipeline.formats.hudi.commit_metadata import commit_metadata_json
 from pipeline.formats.hudi.cow_table import HudiTable
-from pipeline.formats.hudi.layout import (
-    BASE_FILE,
-    TablePaths,
-    commit_name,
-    file_tag,
-    parse_write_id,
-    replace_names,
-    requested_name,
-)
+from pipeline.formats.hudi.instant import commit_name, requested_name
+from pipeline.formats.hudi.layout import BASE_FILE, TablePaths, file_tag, parse_write_id
 from pipeline.formats.hudi.schema import HudiTableSpec
 from pipeline.formats.hudi.slots import CommitSlots, Slot
-from pipeline.formats.hudi.storage import TableFiles
+from pipeline.formats.hudi.staged_files import StagedFiles
+from pipeline.formats.hudi.trim import maybe_trim
 from pipeline.formats.hudi.writer import HudiWriteContext, describe
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HudiCommitter", "commit_metadata_json"]
+__all__ = ["HudiCommitter"]
 
 
-class HudiCommitter(CheckpointReads):
+class HudiCommitter(CheckpointReads, StagedFiles):
     """A Hudi table as the coordinator's commit target (``TableCommitter`` protocol)."""
 
     def __init__(self, table: HudiTable, max_commits: int = 30, trim_every: int = 10) -> None:
@@ -88,14 +81,6 @@ class HudiCommitter(CheckpointReads):
         # completed commit time -> its pipeline id ("" for none): commit files never
         # change, so a walk past other writers' commits reads each of them once
         self._owners: dict[str, str] = {}
-
-    @property
-    def files(self) -> TableFiles:
-        return self.hudi.files
-
-    def _rel(self, path: str) -> str:
-        """``path`` (absolute, ``file://`` or ``s3://``) relative to the table base."""
-        return path.removeprefix("file://").removeprefix(self.hudi.base.rstrip("/") + "/")
 
     @functools.lru_cache(maxsize=8)  # noqa: B019 - one committer per table, few pipelines
     def _slots(self, pipeline_id: str) -> CommitSlots:
@@ -231,66 +216,6 @@ class HudiCommitter(CheckpointReads):
             )
         log.info("fenced Hudi table %s for %s at epoch %d", self.hudi.base, pipeline_id, epoch)
 
-    # -- staged files --------------------------------------------------------------------
-
-    def describe(self, descriptor: bytes) -> tuple[str, int, int]:
-        d = describe(descriptor)
-        return self.files.uri(d["path"]), int(d["size"]), int(d["records"])
-
-    def owns(self, path: str) -> bool:
-        """``path`` (a local path or ``file://`` URI) lies inside this table."""
-        base = str(self.hudi.base).rstrip("/")
-        return path.removeprefix("file://").startswith(base + "/")
-
-    def file_size(self, path: str) -> int | None:
-        st = self.files.stat(self._rel(path))
-        return st.size if st is not None else None
-
-    def _completed(self, ts: str) -> bool:
-        if self.files.stat(f"{self.hudi.paths.meta}/{commit_name(ts)}") is not None:
-            return True
-        trimmed = self.hudi.trimmed_through()
-        return trimmed is not None and ts <= trimmed  # trimmed off the timeline, committed
-
-    def _compaction(self, ts: str) -> bool:
-        """``ts`` is a compaction's (replacecommit) instant: never the coordinator's."""
-        meta = self.hudi.paths.meta
-        return any(self.files.stat(f"{meta}/{name}") is not None for name in replace_names(ts))
-
-    def delete_files(self, paths: Iterable[str]) -> list[str]:
-        deleted = []
-        compactions: dict[str, bool] = {}  # instant -> a compaction's (asked once)
-        for path in paths:
-            m = BASE_FILE.match(os.path.basename(path))
-            ts = m.group("instant") if m is not None else None
-            if ts is not None and ts not in compactions:
-                compactions[ts] = self._compaction(ts)
-            if ts is not None and (self._completed(ts) or compactions[ts]):
-                log.error(
-                    "not deleting %s: instant %s is a completed commit or a compaction of %s",
-                    path,
-                    ts,
-                    self.hudi.base,
-                )
-                continue
-            if self.files.delete(self._rel(path)):
-                deleted.append(path)
-        return deleted
-
-    def orphan_files(self, write_id: str) -> list[str]:
-        """Base files of instant ``write_id`` (``<ts>[-<tag>]``) anywhere in the table."""
-        try:
-            ts, tag = parse_write_id(write_id)
-        except ValueError:
-            return []
-        out = []
-        for rel_dir, name in self.hudi.data_files():
-            m = BASE_FILE.match(name)
-            assert m is not None
-            if m.group("instant") == ts and (not tag or file_tag(m.group("token")) == tag):
-                out.append(self.files.uri(f"{rel_dir}/{name}" if rel_dir else name))
-        return out
-
     # -- the instant's own state -----------------------------------------------------------
 
     def begin(self, instant: str) -> None:
@@ -417,7 +342,7 @@ class HudiCommitter(CheckpointReads):
     def _mint(self) -> str:
         return next_instant_time(self.hudi.latest_instant_time())
 
-    # -- bounded timeline ------------------------------------------------------------------
+    # -- bounded timeline (pipeline.formats.hudi.trim) -------------------------------------
 
     def _summaries(self) -> Iterator[dict[str, str]]:
         """``extraMetadata`` of the completed commits, newest first."""
@@ -426,22 +351,7 @@ class HudiCommitter(CheckpointReads):
                 yield self.hudi.extra_metadata(ts)
 
     def _maybe_trim(self, meta: str) -> None:
-        """Every ``trim_every`` commits beyond ``max_commits``: trim the oldest completed
-        commits (see the module docstring). Never fails the batch, which is committed."""
-        completed = self.hudi.completed_commits()
-        if len(completed) < self.max_commits + self.trim_every:
-            return
-        try:
-            limit = self.hudi.trim_limit()
-            commits = [(ts, self.hudi.extra_metadata(ts)) for ts in completed]
-            old = [
-                ts for ts in forgettable(commits, self.max_commits) if limit is None or ts < limit
-            ]
-            if old:
-                self.hudi.trim(meta, old)
-                log.info("%s: %d old commits left the active timeline", self.hudi.base, len(old))
-        except Exception as e:  # housekeeping: retried after more commits
-            log.warning("%s: timeline trim failed, retried later: %s", self.hudi.base, e)
+        maybe_trim(self.hudi, meta, self.max_commits, self.trim_every)
 
     # -- workers -------------------------------------------------------------------------
 

@@ -64,7 +64,8 @@ from pipeline.commit.maintenance import (
 )
 from pipeline.errors import CommitError, FencedError
 from pipeline.formats.hudi.committer import HudiCommitter
-from pipeline.formats.hudi.layout import MARKERS_DIR, replace_names
+from pipeline.formats.hudi.instant import Action, Instant, State, instant_files
+from pipeline.formats.hudi.layout import MARKERS_DIR
 from pipeline.formats.hudi.orphans import remove_orphans
 from pipeline.formats.hudi.rewrite import Written, replace_metadata, rewrite_group
 from pipeline.formats.hudi.slots import CommitSlots, Slot
@@ -73,6 +74,12 @@ from pipeline.formats.hudi.view import BaseFile, TableView
 log = logging.getLogger(__name__)
 
 __all__ = ["COMPACTION_SLOTS", "HudiMaintenance", "plan_compaction"]
+
+
+def _plan_name(ts: str) -> str:
+    """``<ts>.replacecommit.requested``: the plan of compaction ``ts``."""
+    return Instant(ts, Action.REPLACE_COMMIT, State.REQUESTED).file_name
+
 
 #: the slot chain compactions of a table are ordered by (no pipeline id starts with "_")
 COMPACTION_SLOTS = "_compaction"
@@ -149,7 +156,7 @@ class HudiMaintenance:
                 ts
                 for ts in self.hudi.pending_replacecommits()
                 if _seconds(ts) < cutoff
-                and not self.files.read(f"{self.hudi.paths.meta}/{replace_names(ts)[0]}")
+                and not self.files.read(f"{self.hudi.paths.meta}/{_plan_name(ts)}")
             ]
             if stale:
                 self.claim()
@@ -237,7 +244,7 @@ class HudiMaintenance:
         after :meth:`claim`), and drop markers left by completed ones."""
         meta = self.hudi.paths.meta
         for ts in self.hudi.pending_replacecommits():
-            requested = self.files.read(f"{meta}/{replace_names(ts)[0]}")
+            requested = self.files.read(f"{meta}/{_plan_name(ts)}")
             if requested:  # an Avro clustering plan: another writer's, not ours to end
                 log.warning("%s: pending replacecommit %s is not ours: left alone", self.name, ts)
                 continue
@@ -254,7 +261,7 @@ class HudiMaintenance:
             with self.hudi.locked() as meta:
                 self.hudi.check()
                 ts = next_instant_time(self.hudi.latest_instant_time())
-                rel = f"{meta}/{replace_names(ts)[0]}"
+                rel = f"{meta}/{_plan_name(ts)}"
                 if not self.files.create(rel, b""):
                     continue  # an object store without a lock: another compaction took ts
                 if not self._shared(ts):
@@ -265,7 +272,9 @@ class HudiMaintenance:
     def _shared(self, ts: str) -> bool:
         """An instant of another action has time ``ts`` (only without a cross-process
         lock: two writers minted in the same millisecond)."""
-        return any(i.time == ts and i.action != "replacecommit" for i in self.hudi.instants())
+        return any(
+            i.time == ts and i.action is not Action.REPLACE_COMMIT for i in self.hudi.instants()
+        )
 
     def write(self, ts: str, groups: list[list[BaseFile]]) -> list[Written]:
         """One new base file of instant ``ts`` per group (outside any lock)."""
@@ -295,7 +304,7 @@ class HudiMaintenance:
 
     def _plan_holds(self, ts: str, inputs: list[BaseFile], written: list[Written]) -> bool:
         meta = self.hudi.paths.meta
-        if self.files.stat(f"{meta}/{replace_names(ts)[0]}") is None:
+        if self.files.stat(f"{meta}/{_plan_name(ts)}") is None:
             return False  # rolled back by a newer compaction
         for w in written:
             st = self.files.stat(w.rel)
@@ -306,12 +315,12 @@ class HudiMaintenance:
                 return False
         slices = {f.group: f for f in inputs}
         for i in self.hudi.instants():
-            if i.state != "completed" or i.time == ts:
+            if i.state is not State.COMPLETED or i.time == ts:
                 continue
             try:
-                if i.action == "commit":
+                if i.action is Action.COMMIT:
                     doc = self.hudi.commit_metadata(i.time)
-                elif i.action == "replacecommit":
+                elif i.action is Action.REPLACE_COMMIT:
                     doc = self.hudi.replace_metadata(i.time)
                 else:
                     continue
@@ -330,7 +339,7 @@ class HudiMaintenance:
     def _materialize(self, slot: Slot) -> None:
         """Write ``C.replacecommit`` of a decided compaction (after its pending files)."""
         assert slot.instant is not None and slot.metadata is not None
-        requested, inflight, completed = replace_names(slot.instant)
+        requested, inflight, completed = instant_files(slot.instant, Action.REPLACE_COMMIT)
         with self.hudi.locked() as meta:
             self.files.create(f"{meta}/{requested}", b"")
             self.files.create(f"{meta}/{inflight}", b"")
@@ -344,7 +353,7 @@ class HudiMaintenance:
         """Undo compaction ``ts`` that did not complete: its base files (named by markers
         and found by listing), then ``.inflight``, then ``.requested``, then markers."""
         meta = self.hudi.paths.meta
-        requested, inflight, completed = replace_names(ts)
+        requested, inflight, completed = instant_files(ts, Action.REPLACE_COMMIT)
         if self.files.stat(f"{meta}/{completed}") is not None:
             return
         head = self.slots.head()

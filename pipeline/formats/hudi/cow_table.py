@@ -1,29 +1,9 @@
-"""Driver side: a Hudi copy-on-write table's timeline reads, creation, commit files,
-rollback and trimming (:class:`HudiTable`). The coordinator's ``TableCommitter`` over it is
+"""Driver side: a Hudi copy-on-write table's timeline reads, creation, commit files and
+rollback (:class:`HudiTable`). The coordinator's ``TableCommitter`` over it is
 :class:`~pipeline.formats.hudi.committer.HudiCommitter`; the ``.hoodie`` instant files are
-indexed by :mod:`pipeline.formats.hudi.timeline`.
-
-Bounded timeline (so commit latency stays flat; :mod:`pipeline.commit.history`): every
-commit carries ``ingest.ranges-before`` / ``ingest.data-loss-before`` in its
-``extraMetadata``; every ``trim_every`` commits, the completed commits beyond the newest
-``max_commits`` leave the active timeline -- their instant files are deleted, oldest first,
-``.commit.requested`` and ``.inflight`` before ``.commit`` (a crash leaves only completed
-instants). Their data files stay and stay visible: Hudi readers treat files older than the
-first active instant as committed (docs/hudi.md, "Reader facts the writer relies on";
-checked with hudi-rs in the tests). No Avro archive is written, so time travel and
-incremental reads reach back only to the oldest retained commit. Never trimmed: anything at
-or after the oldest pending instant or instant of another action -- a completed ``clean`` or
-``rollback`` of Hudi's own tools excepted: it leaves with the trim, as Hudi's archiver would
-move it; commits of a pipeline whose oldest retained commit lacks the carried keys. Before
-the timeline start moves past an instant time, files of instants there that never completed
-(markers without a completed commit: a zombie's staging after a rollback) are deleted --
-they would become visible.
-``.ingest/trimmed`` records the newest trimmed time first, so files of a trimmed commit are
-never mistaken for debris. Completed replacecommits (compactions) at or before the newest
-trimmed commit leave the timeline with it, after the base files of the file groups they
-replaced are deleted: once a replacecommit is gone, readers would read those files again
-(checked with hudi-rs in tests/test_hudi_maintenance.py). A pending replacecommit is never
-trimmed past.
+indexed by :mod:`pipeline.formats.hudi.timeline`, named by :mod:`pipeline.formats.hudi.instant`;
+which tables it may write: :mod:`pipeline.formats.hudi.compatibility`; the bounded
+timeline (trimming, and what ``.ingest/trimmed`` records): :mod:`pipeline.formats.hudi.trim`.
 """
 
 from __future__ import annotations
@@ -39,7 +19,9 @@ from typing import Any, TypeVar
 
 from pipeline.columns import Column
 from pipeline.columns.evolution import Change, Rules, plan_changes
-from pipeline.errors import CommitError, ConfigError
+from pipeline.errors import CommitError
+from pipeline.formats.hudi.compatibility import check_writable
+from pipeline.formats.hudi.instant import Action, Instant, commit_name, instant_files
 from pipeline.formats.hudi.layout import (
     BASE_FILE,
     EMPTY_COMMIT_METADATA,
@@ -48,24 +30,17 @@ from pipeline.formats.hudi.layout import (
     OWN_DIR,
     PARTITION_METADATA,
     PROPERTIES,
-    TABLE_VERSION,
-    TIMELINE_LAYOUT_VERSION,
     TableLock,
     TablePaths,
-    action_names,
-    commit_name,
     file_tag,
     format_properties,
-    inflight_name,
     parse_properties,
     partition_metadata,
-    replace_names,
-    requested_name,
     table_properties,
 )
 from pipeline.formats.hudi.schema import HudiTableSpec, columns_of_avro
 from pipeline.formats.hudi.storage import TableFiles, table_files
-from pipeline.formats.hudi.timeline import HudiInstant, _Timeline
+from pipeline.formats.hudi.timeline import Timeline
 from pipeline.formats.hudi.writer import HudiWriteContext
 
 log = logging.getLogger(__name__)
@@ -76,6 +51,7 @@ T = TypeVar("T")
 
 SCHEMA_KEY = "schema"  # extraMetadata key of the Avro schema (Hudi's own)
 _MAX_CACHED = 4000  # instant metadata documents kept in memory (immutable files)
+_TRACKED = (Action.COMMIT, Action.REPLACE_COMMIT)  # ingest commits and compactions
 TRIMMED_RECORD = "trimmed"  # .hoodie/.ingest/trimmed: the newest trimmed instant time
 
 
@@ -90,7 +66,7 @@ class HudiTable:
         self.lock = TableLock.of(self.paths)
         self.lock_timeout_s = lock_timeout_s
         self._metadata: dict[str, dict[str, Any]] = {}
-        self._listing = _Timeline()  # the last listing of ``.hoodie``, indexed
+        self._listing = Timeline()  # the last listing of ``.hoodie``, indexed
         # the index is updated by every read; the driver's background maintenance reads
         # from another thread than the coordinator's
         self._listing_lock = threading.Lock()
@@ -108,7 +84,7 @@ class HudiTable:
 
     # -- reading the timeline ----------------------------------------------------------
 
-    def _read(self, query: Callable[[_Timeline], T]) -> T:
+    def read_timeline(self, query: Callable[[Timeline], T]) -> T:
         """``query`` over the timeline as of one listing of ``.hoodie`` now (empty: no
         table); it runs under the index's lock and must return a copy."""
         names = self.files.listdir(self.paths.meta) if self.exists() else None
@@ -116,25 +92,25 @@ class HudiTable:
             self._listing.update(names or [])
             return query(self._listing)
 
-    def instants(self) -> list[HudiInstant]:
+    def instants(self) -> list[Instant]:
         """Every instant file in ``.hoodie`` (empty when the table does not exist)."""
-        return self._read(lambda t: t.instants())
+        return self.read_timeline(lambda t: t.instants())
 
     def completed_commits(self) -> list[str]:
         """Times of completed commits, newest first (replacecommits not included)."""
-        return self._read(lambda t: t.completed[::-1])
+        return self.read_timeline(lambda t: t.completed[::-1])
 
     def completed_replacecommits(self) -> list[str]:
         """Times of completed replacecommits (compactions), oldest first."""
-        return self._read(lambda t: list(t.replaced))
+        return self.read_timeline(lambda t: list(t.replaced))
 
     def pending_replacecommits(self) -> list[str]:
         """Replacecommits with requested/inflight files and no completed one, oldest first."""
-        return self._read(lambda t: sorted(t.pending_replace))
+        return self.read_timeline(lambda t: sorted(t.pending_replace))
 
     def pending_times(self) -> list[str]:
         """Instants with requested/inflight files and no completed commit, oldest first."""
-        return self._read(lambda t: sorted(t.pending))
+        return self.read_timeline(lambda t: sorted(t.pending))
 
     def has_markers(self, ts: str) -> bool:
         """Whether a worker staged (or began staging) a file of ``ts`` in this table."""
@@ -147,13 +123,14 @@ class HudiTable:
         inflight file, then its requested file (``names``, in that order; default: those
         of a commit), then its marker directory. The one rollback of instant files, for
         ingest instants and compactions alike."""
-        for name in names or (inflight_name(ts), requested_name(ts)):
+        requested, inflight, _ = instant_files(ts)
+        for name in names or (inflight, requested):
             if self.files.delete(f"{meta}/{name}"):
                 self.files.sync_dir(meta)
         self.files.remove_tree(f"{meta}/{MARKERS_DIR}/{ts}")
 
     def latest_instant_time(self) -> str | None:
-        return self._read(lambda t: t.latest())
+        return self.read_timeline(lambda t: t.latest())
 
     def commit_metadata(self, ts: str) -> dict[str, Any]:
         """The JSON metadata of completed commit ``ts`` (files are immutable: cached)."""
@@ -161,7 +138,7 @@ class HudiTable:
 
     def replace_metadata(self, ts: str) -> dict[str, Any]:
         """The JSON metadata of completed replacecommit ``ts`` (cached)."""
-        return self._instant_metadata(replace_names(ts)[2])
+        return self._instant_metadata(instant_files(ts, Action.REPLACE_COMMIT)[2])
 
     def _instant_metadata(self, name: str) -> dict[str, Any]:
         cached = self._metadata.get(name)
@@ -180,6 +157,10 @@ class HudiTable:
         self._metadata[name] = doc
         return doc
 
+    def forget_metadata(self, name: str) -> None:
+        """Drop the cached metadata of instant file ``name`` (deleted by a trim)."""
+        self._metadata.pop(name, None)
+
     def extra_metadata(self, ts: str) -> dict[str, str]:
         extra = self.commit_metadata(ts).get("extraMetadata") or {}
         return {str(k): str(v) for k, v in extra.items() if v is not None}
@@ -190,46 +171,7 @@ class HudiTable:
 
     def check(self) -> None:
         """Refuse a table this writer must not write (CommitError / ConfigError)."""
-        props = self.properties()
-        where = f"Hudi table at {self.base}"
-        if props is None:
-            raise CommitError(f"{where}: .hoodie exists but has no {PROPERTIES}")
-        version = props.get("hoodie.table.version", "")
-        if version.isdigit() and int(version) >= 8:
-            raise ConfigError(
-                f"{where} was written by Hudi's own writer (table version {version}); the "
-                "native writer writes version 6 tables only: keep sink.hudi.writer: spark "
-                "for it, or write a new table"
-            )
-        problems = []
-        if props.get("hoodie.table.version") != TABLE_VERSION:
-            problems.append(f"table version {props.get('hoodie.table.version')} (need 6)")
-        layout = props.get("hoodie.timeline.layout.version", TIMELINE_LAYOUT_VERSION)
-        if layout != TIMELINE_LAYOUT_VERSION:
-            problems.append(f"timeline layout {layout} (need 1)")
-        if props.get("hoodie.table.type", "COPY_ON_WRITE") != "COPY_ON_WRITE":
-            problems.append(f"table type {props.get('hoodie.table.type')} (need COPY_ON_WRITE)")
-        if props.get("hoodie.table.base.file.format", "PARQUET").upper() != "PARQUET":
-            problems.append("base file format is not PARQUET")
-        if props.get("hoodie.table.metadata.partitions", "").strip():
-            # Java readers would list files from the metadata table and miss ours; a Hudi
-            # table service run with the metadata table off drops it (docs/hudi.md)
-            problems.append(
-                "the metadata table is enabled (hoodie.table.metadata.partitions): run one "
-                "Hudi table service on it with hoodie.metadata.enable=false to drop it"
-            )
-        if problems:
-            raise CommitError(f"{where} cannot be written natively: {'; '.join(problems)}")
-        for key, mine in (
-            ("hoodie.table.recordkey.fields", self.spec.record_key_fields),
-            ("hoodie.table.partition.fields", self.spec.partition_fields),
-        ):
-            theirs = tuple(x for x in props.get(key, "").split(",") if x)
-            if theirs != mine:
-                raise ConfigError(
-                    f"{where} has {key}={','.join(theirs)} but the configuration says "
-                    f"{','.join(mine)}; a table's keys and partitioning cannot change"
-                )
+        check_writable(self.properties(), self.spec, f"Hudi table at {self.base}")
 
     def current_columns(self) -> tuple[Column, ...] | None:
         """The columns of the newest commit's schema (None: no commit carries one)."""
@@ -263,7 +205,8 @@ class HudiTable:
 
     def write_pending(self, meta: str, ts: str) -> None:
         """``T.commit.requested`` then ``T.inflight`` (each only if missing)."""
-        for name, data in ((requested_name(ts), b""), (inflight_name(ts), EMPTY_COMMIT_METADATA)):
+        requested, inflight, _ = instant_files(ts)
+        for name, data in ((requested, b""), (inflight, EMPTY_COMMIT_METADATA)):
             self.files.create(f"{meta}/{name}", data)
 
     def complete(self, meta: str, ts: str, metadata: bytes) -> None:
@@ -362,6 +305,8 @@ class HudiTable:
 
     # -- bounded timeline (the caller holds the lock) -----------------------------------------
 
+    # -- bounded timeline (pipeline.formats.hudi.trim) ------------------------------------
+
     def trimmed_through(self) -> str | None:
         """The newest instant time trimmed off the active timeline (None: none)."""
         data = self.files.read(TablePaths.own(self.paths.meta, TRIMMED_RECORD))
@@ -373,68 +318,17 @@ class HudiTable:
         replacecommit, or instant of another action -- except a completed ``clean`` or
         ``rollback`` of Hudi's own (None: no such instant)."""
 
-        def stops(t: _Timeline) -> list[str]:
+        def stops(t: Timeline) -> list[str]:
             done = set(t.completed_housekeeping())
             others = [
                 i.time
                 for i in t.instants()
-                if i.action not in ("commit", "replacecommit") and (i.time, i.action) not in done
+                if i.action not in _TRACKED and (i.time, i.action) not in done
             ]
             return [*t.pending, *t.pending_replace, *others]
 
-        found = self._read(stops)
+        found = self.read_timeline(stops)
         return min(found) if found else None
-
-    def trim(self, meta: str, times: Sequence[str]) -> None:
-        """Remove completed commits ``times`` -- and the completed replacecommits up to the
-        newest of them -- from the active timeline (see the module docstring for the order
-        and what is kept)."""
-        if not times:
-            return
-        through = max(times)
-        replaces = [ts for ts in self.completed_replacecommits() if ts <= through]
-        for ts in replaces:  # before the replacecommit goes: readers would see them again
-            self._delete_replaced(ts)
-        self._delete_debris(meta, through)
-        self.files.write(TablePaths.own(meta, TRIMMED_RECORD), through.encode())
-        doomed = [(ts, (requested_name(ts), inflight_name(ts), commit_name(ts))) for ts in times]
-        doomed += [(ts, replace_names(ts)) for ts in replaces]
-        doomed += [
-            (ts, action_names(ts, action))
-            for ts, action in self._read(lambda t: t.completed_housekeeping())
-            if ts <= through
-        ]
-        for _, names in sorted(doomed):
-            for name in names:
-                self.files.delete(f"{meta}/{name}")
-                self._metadata.pop(name, None)
-        self.files.sync_dir(meta)
-
-    def _delete_replaced(self, ts: str) -> None:
-        """Base files of the file groups completed replacecommit ``ts`` replaced."""
-        replaced = self.replace_metadata(ts).get("partitionToReplaceFileIds") or {}
-        for partition, file_ids in replaced.items():
-            ids = set(file_ids or ())
-            for name in self.files.listdir(partition) or []:
-                m = BASE_FILE.match(name)
-                if m is not None and m.group("file_id") in ids:
-                    self.files.delete(f"{partition}/{name}" if partition else name)
-
-    def _delete_debris(self, meta: str, through: str) -> None:
-        """Files of instants up to ``through`` that never completed, found by their
-        markers; they would turn visible once the timeline starts after them."""
-        completed = self._read(lambda t: {*t.completed, *t.replaced})
-        root = f"{meta}/{MARKERS_DIR}"
-        listed = self.files.listdir(root) or []
-        for ts in [ts for ts in listed if ts <= through and ts not in completed]:
-            marker_root = f"{root}/{ts}"
-            for marker in list(self.files.files_under(marker_root)):
-                rel = marker[len(marker_root) + 1 :].removesuffix(".marker.CREATE")
-                if self.files.delete(rel):
-                    log.warning(
-                        "deleted %s: staged by instant %s, never committed", self.files.uri(rel), ts
-                    )
-            self.files.remove_tree(marker_root)
 
     def data_files(self) -> Iterator[tuple[str, str]]:
         """``(relative dir, file name)`` of every base file (dot-directories skipped)."""

@@ -26,7 +26,8 @@ from collections.abc import Iterator, Sequence
 from pipeline.commit.instant import Requested, next_instant_time
 from pipeline.commit.journal import AlreadyExists, InstantTimeline
 from pipeline.formats.hudi.cow_table import HudiTable
-from pipeline.formats.hudi.layout import TablePaths, requested_name
+from pipeline.formats.hudi.instant import requested_name
+from pipeline.formats.hudi.layout import TablePaths
 
 __all__ = ["HudiInstantTimeline", "HudiJournalStore"]
 

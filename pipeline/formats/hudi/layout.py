@@ -9,6 +9,7 @@ Layout of a table at ``<base>``::
         <ts>.inflight                   minimal JSON commit metadata
         <ts>.commit                     JSON commit metadata: write stats, schema, checkpoint
         <ts>.replacecommit[.requested|.inflight]   a compaction (compaction.py)
+        (instant file names: pipeline.formats.hudi.instant)
         .temp/<ts>/<partition>/<file>.marker.CREATE   markers while <ts> is pending
         archived/  .aux/                created empty, as Hudi does
         .ingest/                        ours; Hudi readers never look inside .hoodie/
@@ -72,15 +73,6 @@ LOCK_TIMEOUT_S = 120.0
 BASE_FILE = re.compile(
     r"^(?P<file_id>[A-Za-z0-9-]+)_(?P<token>[A-Za-z0-9-]+)_(?P<instant>[0-9]+)\.parquet$"
 )
-#: instant files of layout 1: ``<ts>.<action>[.requested|.inflight]`` and ``<ts>.inflight``
-INSTANT_FILE = re.compile(
-    r"^(?P<ts>[0-9]{14}(?:[0-9]{3})?)\.(?P<action>[a-z]+)(?:\.(?P<state>requested|inflight))?$"
-)
-#: a completed instant of timeline layout 2 (table version 8 and later, Hudi's own writer):
-#: ``<requested>_<completed>.<action>`` in ``.hoodie/timeline``
-COMPLETED_INSTANT_V2 = re.compile(
-    r"^(?P<requested>[0-9]{17})_(?P<completed>[0-9]{17})\.(?P<action>[a-z]+)$"
-)
 EMPTY_COMMIT_METADATA = (
     b'{"partitionToWriteStats":{},"compacted":false,"extraMetadata":{},"operationType":"INSERT"}'
 )
@@ -91,35 +83,6 @@ EMPTY_COMMIT_METADATA = (
 
 def base_file_name(file_id: str, write_token: str, instant: str) -> str:
     return f"{file_id}_{write_token}_{instant}.parquet"
-
-
-def requested_name(ts: str) -> str:
-    return f"{ts}.commit.requested"
-
-
-def inflight_name(ts: str) -> str:
-    return f"{ts}.inflight"
-
-
-def commit_name(ts: str) -> str:
-    return f"{ts}.commit"
-
-
-def action_names(ts: str, action: str) -> tuple[str, str, str]:
-    """``(requested, inflight, completed)`` file names of instant ``ts`` of ``action`` (every
-    action but ``commit``, whose inflight file is ``<ts>.inflight``)."""
-    return f"{ts}.{action}.requested", f"{ts}.{action}.inflight", f"{ts}.{action}"
-
-
-def replace_names(ts: str) -> tuple[str, str, str]:
-    """``(requested, inflight, completed)`` file names of replacecommit ``ts``."""
-    return action_names(ts, "replacecommit")
-
-
-# Hudi's own housekeeping, run by hand with Hudi's tools: a completed one records what was
-# done (its Avro metadata feeds only Hudi's next run of it), so it may leave the active
-# timeline with a trim, as Hudi's archiver would move it; a pending one stops the trim.
-HOUSEKEEPING_ACTIONS = ("clean", "rollback")
 
 
 def parse_write_id(write_id: str) -> tuple[str, str]:

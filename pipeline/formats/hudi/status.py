@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pipeline.formats.base import LastBatch, TableStatus
 from pipeline.formats.hudi.committer import HudiCommitter
+from pipeline.formats.hudi.instant import State
 
 
 def hudi_table_status(committer: HudiCommitter, pipeline_id: str) -> TableStatus:
@@ -15,7 +16,7 @@ def hudi_table_status(committer: HudiCommitter, pipeline_id: str) -> TableStatus
         return TableStatus(name, str(table.base), exists=False)
     commits = table.completed_commits()
     compactions = table.completed_replacecommits()
-    pending = [i for i in table.instants() if i.state != "completed"]
+    pending = [i for i in table.instants() if i.state is not State.COMPLETED]
     cp = committer.latest_checkpoint(pipeline_id)
     last = None
     if cp is not None:

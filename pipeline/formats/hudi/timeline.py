@@ -1,6 +1,7 @@
-"""The instant files of a Hudi table's ``.hoodie`` directory: :class:`HudiInstant`, file
-name parsing, and the indexed listing :class:`HudiTable <pipeline.formats.hudi.cow_table.HudiTable>`
-answers timeline queries from.
+"""The instant files of a Hudi table's ``.hoodie`` directory as an indexed listing
+(:class:`Timeline`), which :class:`HudiTable <pipeline.formats.hudi.cow_table.HudiTable>`
+answers timeline queries from. The instants and their file names:
+:mod:`pipeline.formats.hudi.instant`.
 
 Two actions are tracked by state: ``commit`` (ingest; ``completed`` / ``pending``) and
 ``replacecommit`` (compaction, :mod:`pipeline.formats.hudi.compaction`; ``replaced`` /
@@ -10,32 +11,18 @@ compaction never hides or shadows a pipeline's checkpoint."""
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
-from pipeline.formats.hudi.layout import HOUSEKEEPING_ACTIONS, INSTANT_FILE
+from pipeline.formats.hudi.instant import HOUSEKEEPING, Action, Instant, State
 
-__all__ = ["HudiInstant"]
-
-
-@dataclass(frozen=True, order=True)
-class HudiInstant:
-    time: str
-    action: str
-    state: str  # requested | inflight | completed
+__all__ = ["Timeline", "sort_key"]
 
 
-def _parse_instant(name: str) -> HudiInstant | None:
-    """The instant a ``.hoodie`` file name stands for (None: not an instant file)."""
-    m = INSTANT_FILE.match(name)
-    if m is None:
-        return None
-    action, state = m.group("action"), m.group("state")
-    if action == "inflight" and state is None:  # <ts>.inflight of a commit
-        action, state = "commit", "inflight"
-    return HudiInstant(m.group("ts"), action, state or "completed")
+def sort_key(instant: Instant) -> tuple[str, str, str]:
+    """Instants in time order, then by action and state names."""
+    return instant.time, instant.action, instant.state
 
 
-class _Timeline:
+class Timeline:
     """The instant files of ``.hoodie`` as last listed, kept indexed: a new listing is
     applied as the difference to the previous one (a few files per commit), so a query
     costs one directory listing, not a parse and sort of the whole history."""
@@ -43,11 +30,11 @@ class _Timeline:
     def __init__(self) -> None:
         self.names: list[str] = []  # the listing as returned (unchanged dir: same list)
         self._present: set[str] = set()
-        self._instants: dict[str, HudiInstant] = {}  # file name -> instant
+        self._instants: dict[str, Instant] = {}  # file name -> instant
         self._time_refs: dict[str, int] = {}  # instant time -> its instant files
         self._times: list[str] = []  # distinct instant times, ascending
         # (action, time) -> file states, for the tracked actions
-        self._states: dict[tuple[str, str], set[str]] = {}
+        self._states: dict[tuple[Action, str], set[State]] = {}
         self.completed: list[str] = []  # completed commit times, ascending
         self.pending: set[str] = set()  # commit times without a completed file
         self.replaced: list[str] = []  # completed replacecommit times, ascending
@@ -63,25 +50,25 @@ class _Timeline:
             self._add(name)
         self._present, self.names = now, names
 
-    def instants(self) -> list[HudiInstant]:
-        return sorted(self._instants.values(), key=lambda i: (i.time, i.action, i.state))
+    def instants(self) -> list[Instant]:
+        return sorted(self._instants.values(), key=sort_key)
 
-    def completed_housekeeping(self) -> list[tuple[str, str]]:
+    def completed_housekeeping(self) -> list[tuple[str, Action]]:
         """``(time, action)`` of the completed ``clean`` / ``rollback`` instants (Hudi's own
         tools' housekeeping)."""
         return [
             (i.time, i.action)
             for i in self._instants.values()
-            if i.action in HOUSEKEEPING_ACTIONS and i.state == "completed"
+            if i.action in HOUSEKEEPING and i.state is State.COMPLETED
         ]
 
     def latest(self) -> str | None:
         return self._times[-1] if self._times else None
 
     def _add(self, name: str) -> None:
-        instant = _parse_instant(name)
-        if instant is None:
-            return
+        instant = Instant.parse(name)
+        if instant is None or instant.completion_time is not None:
+            return  # not an instant file of layout 1 (the only layout in a v6 ``.hoodie``)
         self._instants[name] = instant
         t = instant.time
         self._time_refs[t] = self._time_refs.get(t, 0) + 1
@@ -90,7 +77,7 @@ class _Timeline:
         lists = self._lists(instant.action)
         if lists is not None:
             self._states.setdefault((instant.action, t), set()).add(instant.state)
-            if instant.state == "completed":
+            if instant.state is State.COMPLETED:
                 bisect.insort(lists[0], t)
             self._classify(instant.action, t)
 
@@ -109,23 +96,23 @@ class _Timeline:
             states.discard(instant.state)
             if not states:
                 del self._states[(instant.action, t)]
-            if instant.state == "completed":
+            if instant.state is State.COMPLETED:
                 del lists[0][bisect.bisect_left(lists[0], t)]
             self._classify(instant.action, t)
 
-    def _lists(self, action: str) -> tuple[list[str], set[str]] | None:
+    def _lists(self, action: Action) -> tuple[list[str], set[str]] | None:
         """(completed times, pending times) of a tracked action; None: not tracked."""
-        if action == "commit":
+        if action is Action.COMMIT:
             return self.completed, self.pending
-        if action == "replacecommit":
+        if action is Action.REPLACE_COMMIT:
             return self.replaced, self.pending_replace
         return None
 
-    def _classify(self, action: str, t: str) -> None:
+    def _classify(self, action: Action, t: str) -> None:
         lists = self._lists(action)
         assert lists is not None
         states = self._states.get((action, t))
-        if states and "completed" not in states:
+        if states and State.COMPLETED not in states:
             lists[1].add(t)
         else:
             lists[1].discard(t)

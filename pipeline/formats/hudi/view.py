@@ -32,11 +32,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pipeline.formats.hudi.cow_table import HudiTable
+from pipeline.formats.hudi.instant import Action, State
 from pipeline.formats.hudi.layout import BASE_FILE
 
 __all__ = ["BaseFile", "TableView"]
 
-_TRACKED = ("commit", "replacecommit")
+_TRACKED = (Action.COMMIT, Action.REPLACE_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,18 @@ class TableView:
         (instants are reserved before their files are written)."""
         files = list(_base_files(table))
         instants = table.instants()
-        completed = {i.time for i in instants if i.action in _TRACKED and i.state == "completed"}
+        completed = {
+            i.time for i in instants if i.action in _TRACKED and i.state is State.COMPLETED
+        }
         listed: set[str] = set()
         replaced: set[tuple[str, str]] = set()
         for i in instants:
-            if i.state != "completed" or i.action not in _TRACKED:
+            if i.state is not State.COMPLETED or i.action not in _TRACKED:
                 continue
             try:
                 doc = (
                     table.commit_metadata(i.time)
-                    if i.action == "commit"
+                    if i.action is Action.COMMIT
                     else table.replace_metadata(i.time)
                 )
             except FileNotFoundError:  # trimmed meanwhile: its files are before the start

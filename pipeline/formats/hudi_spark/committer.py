@@ -50,7 +50,8 @@ from pipeline.commit.instant import parse_instant_time
 from pipeline.commit.journal import CorruptEntry, decode_entry, encode_entry
 from pipeline.errors import CommitError
 from pipeline.formats.base import LastBatch, TableStatus
-from pipeline.formats.hudi.layout import COMPLETED_INSTANT_V2, META_DIR, PROPERTIES, TablePaths
+from pipeline.formats.hudi.instant import Action, Instant
+from pipeline.formats.hudi.layout import META_DIR, PROPERTIES, TablePaths
 from pipeline.formats.hudi.storage import TableFiles
 from pipeline.formats.hudi_spark.client import HudiSparkClient, Written
 
@@ -112,8 +113,8 @@ class HudiSparkCommitter(CheckpointReads):
         """A completed commit on the timeline (``<requested>_<completed>.commit``): until
         then the table may be half created (its properties being written by a batch)."""
         names = self.files.listdir(f"{META_DIR}/timeline") or []
-        done = map(COMPLETED_INSTANT_V2.match, names)
-        return any(m is not None and m["action"] == "commit" for m in done)
+        done = (i for i in map(Instant.parse, names) if i is not None and i.completion_time)
+        return any(i.action is Action.COMMIT for i in done)
 
     def _summaries(self) -> Iterator[tuple[str, dict[str, str]]]:
         """``(instant, extraMetadata)`` of the completed commits, newest first."""

@@ -48,7 +48,7 @@ from pipeline.formats.hudi_spark.client import (
 )
 from pipeline.formats.hudi_spark.committer import HudiSparkCommitter
 from pipeline.spark.writer import TaskPlan
-from pipeline.storage.s3 import journal_store_for
+from pipeline.storage.journal_stores import journal_store_for
 from pipeline.storage.s3_settings import S3Settings
 
 __all__ = ["HudiSparkTables", "SparkTimeline"]

@@ -53,14 +53,12 @@ from pipeline.commit.maintenance import (
 )
 from pipeline.errors import FencedError
 from pipeline.formats.iceberg.catalog_table import IcebergTable
+from pipeline.formats.iceberg.data_file_codec import deserialize_data_file
 from pipeline.formats.iceberg.expiry import append_view
 from pipeline.formats.iceberg.orphans import data_location, list_data_files, referenced_paths
 from pipeline.formats.iceberg.pyiceberg_internals import replace_files
-from pipeline.formats.iceberg.writer import (
-    WriteContext,
-    deserialize_data_file,
-    write_data_files,
-)
+from pipeline.formats.iceberg.write_context import WriteContext
+from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.formats.orphans import delete_stored, path_key, sweep
 from pipeline.storage.fs import filesystem_for
 

@@ -26,13 +26,15 @@ from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.config import PipelineConfig
-from pipeline.formats.iceberg.catalog_table import IcebergTable, load_catalog
+from pipeline.formats.iceberg.catalog import load_catalog
+from pipeline.formats.iceberg.catalog_table import IcebergTable
 from pipeline.formats.iceberg.compaction import IcebergMaintenance
+from pipeline.formats.iceberg.data_file_codec import deserialize_data_file
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
-from pipeline.formats.iceberg.writer import deserialize_data_file, write_data_files
+from pipeline.formats.iceberg.writer import write_data_files
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for
-from pipeline.storage.s3 import journal_store_for
+from pipeline.storage.journal_stores import journal_store_for
 
 
 class IcebergCommitter:

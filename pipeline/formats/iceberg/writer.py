@@ -5,8 +5,8 @@ picklable :class:`WriteContext` built on the driver. Files are written with pyic
 own Parquet writer and statistics (``FileFormatFactory`` writers, ``schema_to_pyarrow``
 field ids, ``DataFile.from_args``, as ``pyiceberg.io.pyarrow.write_file`` does), laid out by
 the table's location provider, and described by ``DataFile`` objects that travel back to
-the driver as bytes (:func:`serialize_data_file`). Nothing is visible to readers until the
-driver appends those files in one snapshot.
+the driver as bytes (:mod:`~pipeline.formats.iceberg.data_file_codec`). Nothing is visible
+to readers until the driver appends those files in one snapshot.
 
 Why not ``_dataframe_to_data_files`` as is: it materialises the whole input (a
 ``pa.Table``) for partitioned tables, and its file names depend only on
@@ -27,214 +27,36 @@ Partition values: :mod:`pipeline.formats.iceberg.partition_values`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import pickle
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
-from decimal import Decimal
-from io import BytesIO
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.io import FileIO, OutputFile, load_file_io
 from pyiceberg.io.fileformat import FileFormatFactory, FileFormatModel, FileFormatWriter
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import (
-    DATA_FILE_TYPE,
-    DEFAULT_READ_VERSION,
-    DataFile,
-    DataFileContent,
-    FileFormat,
-)
-from pyiceberg.partitioning import PartitionField, PartitionFieldValue, PartitionKey, PartitionSpec
-from pyiceberg.schema import Schema, sanitize_column_names
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionField, PartitionFieldValue, PartitionKey
+from pyiceberg.schema import sanitize_column_names
 from pyiceberg.table import TableProperties
 from pyiceberg.table.locations import LocationProvider, load_location_provider
-from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
 
 from pipeline.decode.conform import conform_batch
+from pipeline.formats.iceberg.data_file_codec import serialize_data_file
 from pipeline.formats.iceberg.partition_values import DataFileWriteError, split_by_partition
-from pipeline.formats.iceberg.pyiceberg_internals import staged_table_io, without_history
-
-if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table
+from pipeline.formats.iceberg.write_context import WriteContext
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "DataFileWriteError",
-    "WriteContext",
-    "deserialize_data_file",
-    "serialize_data_file",
-    "write_data_files",
-]
+__all__ = ["write_data_files"]
 
-# Catalog-only properties: not needed to read/write files, and ``uri`` may carry a
-# database password. Everything else (warehouse, s3.*, gcs.*, adls.*, py-io-impl, ...) is
-# kept so executors build the same FileIO as the driver.
-_CATALOG_ONLY_KEYS = frozenset({"uri", "type", "credential", "token", "py-catalog-impl"})
 _MAX_ROW_GROUP_BYTES = 64 * 1024 * 1024
 # Open Parquet writers per task (one per partition written to); beyond this the least
 # recently written file is closed early (a smaller file rather than unbounded handles).
 _MAX_OPEN_FILES = 64
-
-
-def _io_properties(properties: dict[str, str]) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in properties.items()
-        if k not in _CATALOG_ONLY_KEYS and not k.startswith("rest.")
-    }
-
-
-def _slim_metadata_json(metadata: TableMetadata) -> str:
-    """Metadata without snapshot history: workers only need schema, spec, properties."""
-    slim = without_history(metadata, snapshots=[], refs={}, current_snapshot_id=None)
-    return slim.model_dump_json()
-
-
-def _target_file_size(properties: dict[str, str]) -> int:
-    size = property_as_int(
-        properties,
-        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
-        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
-    )
-    return max(
-        1, size if size is not None else TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
-    )
-
-
-@dataclass(frozen=True)
-class WriteContext:
-    """Everything a worker needs to stage data files for one table; small and picklable.
-
-    ``table_metadata_json`` is the table metadata without snapshot history (schema,
-    partition spec, properties, location); ``io_properties`` configure the FileIO (catalog
-    connection settings are left out); ``write_uuid`` names the write (one per batch).
-    """
-
-    table_metadata_json: str
-    io_properties: dict[str, str]
-    table_location: str
-    write_uuid: str
-    target_file_size_bytes: int
-
-    @classmethod
-    def for_table(cls, table: Table, write_uuid: str) -> WriteContext:
-        """Context for an existing table, from its current metadata."""
-        metadata = table.metadata
-        return cls(
-            table_metadata_json=_slim_metadata_json(metadata),
-            io_properties=_io_properties(dict(table.io.properties)),
-            table_location=metadata.location,
-            write_uuid=write_uuid,
-            target_file_size_bytes=_target_file_size(metadata.properties),
-        )
-
-    @classmethod
-    def for_new_table(
-        cls,
-        catalog: Catalog,
-        identifier: str | tuple[str, ...],
-        schema: Schema,
-        partition_spec: PartitionSpec,
-        properties: dict[str, str],
-        location: str | None = None,
-        write_uuid: str | None = None,
-    ) -> WriteContext:
-        """Context for a table that does not exist yet (its first commit creates it).
-
-        The metadata is what ``catalog.create_table_transaction`` stages -- same field ids,
-        spec and location -- without committing anything (for REST catalogs this is a
-        staged create on the server). The namespace is created if missing. The driver
-        must pass ``location=ctx.table_location`` to its own ``create_table_transaction``
-        so the staged files lie under the table it creates.
-        """
-        from pyiceberg.catalog import Catalog as _Catalog
-
-        namespace = _Catalog.namespace_from(identifier)
-        if namespace:
-            catalog.create_namespace_if_not_exists(namespace)
-        txn = catalog.create_table_transaction(
-            identifier,
-            schema,
-            location=location,
-            partition_spec=partition_spec,
-            properties=dict(properties),  # new_table_metadata pops format-version in place
-        )
-        metadata = txn.table_metadata
-        # The staged table's FileIO (for REST: with the server's vended configuration).
-        staged_io = staged_table_io(txn)
-        return cls(
-            table_metadata_json=_slim_metadata_json(metadata),
-            io_properties=_io_properties(dict(staged_io.properties)),
-            table_location=metadata.location,
-            write_uuid=write_uuid or str(uuid.uuid4()),
-            target_file_size_bytes=_target_file_size(metadata.properties),
-        )
-
-    def metadata(self) -> TableMetadata:
-        """The parsed table metadata (cached per worker process)."""
-        return _parse_metadata(self.table_metadata_json)
-
-
-@functools.lru_cache(maxsize=8)
-def _parse_metadata(metadata_json: str) -> TableMetadata:
-    return TableMetadataUtil.parse_raw(metadata_json)
-
-
-# ---------------------------------------------------------------------------------------
-# DataFile <-> bytes
-# ---------------------------------------------------------------------------------------
-
-_MAGIC = b"ingest-datafile:1\n"
-_DATA_FILE_FIELDS = tuple(f.name for f in DATA_FILE_TYPE[DEFAULT_READ_VERSION].fields)
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Only builtin containers/scalars and Decimal: no class from the payload is trusted."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == ("decimal", "Decimal"):
-            return Decimal
-        raise pickle.UnpicklingError(f"data file payload references {module}.{name}")
-
-
-def serialize_data_file(data_file: DataFile) -> bytes:
-    """A DataFile as bytes (plain values only: path, partition tuple, statistics, spec id)."""
-    if len(data_file) != len(_DATA_FILE_FIELDS):
-        raise ValueError(f"unexpected DataFile layout ({len(data_file)} fields) for {data_file}")
-    values: dict[str, Any] = {name: data_file[i] for i, name in enumerate(_DATA_FILE_FIELDS)}
-    values["content"] = int(data_file.content)
-    values["file_format"] = data_file.file_format.value
-    partition = data_file.partition
-    values["partition"] = [partition[i] for i in range(len(partition))]
-    try:
-        spec_id: int | None = data_file.spec_id
-    except AttributeError:
-        spec_id = None
-    payload = {"data_file": values, "spec_id": spec_id}
-    return _MAGIC + pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def deserialize_data_file(blob: bytes) -> DataFile:
-    """Inverse of :func:`serialize_data_file`."""
-    if not blob.startswith(_MAGIC):
-        raise ValueError("not a serialized data file (missing header)")
-    payload = _PlainUnpickler(BytesIO(blob[len(_MAGIC) :])).load()
-    values = dict(payload["data_file"])
-    values["content"] = DataFileContent(values["content"])
-    values["file_format"] = FileFormat(values["file_format"])
-    values["partition"] = Record(*values["partition"])
-    data_file = DataFile.from_args(**values)
-    if payload.get("spec_id") is not None:
-        data_file.spec_id = int(payload["spec_id"])
-    return data_file
 
 
 # ---------------------------------------------------------------------------------------

@@ -129,8 +129,8 @@ class SourceSettings:
         driver then knows where the new checkpoint's first batch starts
         (:meth:`explicit_start`), so the tasks read and decode its ranges themselves (the
         arrow engine, the only one for registry formats) instead of Spark decoding the
-        batch's rows with ``from_json``: a first batch of 50,000 records cost ~10 CPU-s
-        that way against ~0.6 for the next ones. Kept as they are for a topic pattern
+        batch's rows with ``from_json``, many times the CPU of the next batches (figures in
+        docs/bench.md). Kept as they are for a topic pattern
         (its partitions are found later)."""
         s = self.cfg.source
         if s.topic_pattern:

@@ -111,8 +111,9 @@ class LeaseHolder:
 
     def _rehearse(self) -> None:
         """Run the query's path once on a private checkpoint, reading nothing: a JVM's
-        first streaming query starts ~2.5 s slower than its next (classes, the source's
-        planner worker, the foreachBatch callback server); a take-over should not pay it."""
+        first streaming query starts slower than its next (classes, the source's planner
+        worker, the foreachBatch callback server; docs/bench.md has the figure); a take-over
+        should not pay it."""
         checkpoint = tempfile.mkdtemp(prefix="ingest-rehearsal-")
         try:
             query = start_stream(

@@ -14,7 +14,7 @@ around a scan: the batch DataFrame is asked for its rows or session when written
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, assert_never
 
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.config import PipelineConfig
@@ -25,6 +25,9 @@ from pipeline.source.choice import SourceReader
 from pipeline.spark.batch import TaskPlanner
 from pipeline.spark.batch.paths import TableWriter, WritePath, reread_path, write_path
 from pipeline.spark.writer import TaskPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = ["BatchWrites", "planned_path", "table_writer"]
 
@@ -53,7 +56,9 @@ class BatchWrites:
     source: SourceSettings
     faults: str | None = None  # armed "mid-write" fault points, for the tasks
 
-    def planned(self, df: Any, start: PartitionOffsets | None, end: PartitionOffsets) -> BatchWrite:
+    def planned(
+        self, df: DataFrame, start: PartitionOffsets | None, end: PartitionOffsets
+    ) -> BatchWrite:
         """The adapter of a batch Spark planned: ``start`` its logged start, else the
         source's explicit initial offsets when it is a checkpoint's first batch."""
         if start is None:
@@ -66,14 +71,14 @@ class BatchWrites:
         return reread_path(table_writer(self.tables))
 
     def named(
-        self, path: WritePath, df: Any, start: PartitionOffsets | None, end: PartitionOffsets
+        self, path: WritePath, df: DataFrame, start: PartitionOffsets | None, end: PartitionOffsets
     ) -> BatchWrite:
         from pipeline.spark.batch.ranges import RangeReadWrite
         from pipeline.spark.batch.rows import ArrowRowsWrite, SqlDecodeWrite
 
         s, decode, reader = self.cfg.source, self.cfg.decode, self.source.reader
 
-        def rows() -> Any:  # the reader's view of the batch DataFrame, when written
+        def rows() -> DataFrame:  # the reader's view of the batch DataFrame, when written
             return reader.batch_rows(df, s.min_partitions)
 
         match path:

@@ -283,12 +283,12 @@ class ReadPlan:
 
 def make_read_task_function(
     plan: TaskPlan, read: ReadPlan
-) -> Callable[[Iterator[int]], Iterator[dict[str, Any]]]:
+) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
     """Task over ``parallelize(range(len(read.groups)))``: Kafka -> Arrow decode -> staged
     files, all in the Python worker. A plain RDD job, not a DataFrame: nothing to analyse,
     optimise or code-generate per batch, and the few result rows travel pickled."""
 
-    def task(ids: Iterator[int]) -> Iterator[dict[str, Any]]:
+    def task(ids: Iterable[int]) -> Iterator[dict[str, Any]]:
         from pipeline.source.reader import read_ranges
 
         seed, armed = _attempt(plan)

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.offsets import PartitionOffsets, pack_ranges, planned_ranges, split_ranges
 from pipeline.commit.types import StagedBatch
 from pipeline.config import DecodeConfig, SourceConfig
 from pipeline.spark.batch import TaskPlanner
 from pipeline.spark.writer import ReadPlan, collect_staged, make_read_task_function
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["RangeReadWrite"]
 
@@ -29,7 +32,7 @@ __all__ = ["RangeReadWrite"]
 class RangeReadWrite:
     """``WritePath.READ_RANGES``: one task per packed group of ``[start, end)``'s ranges."""
 
-    spark: Callable[[], Any]  # the session, asked when the batch is written
+    spark: Callable[[], SparkSession]  # the session, asked when the batch is written
     start: PartitionOffsets
     end: PartitionOffsets
     plan: TaskPlanner

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.types import StagedBatch
@@ -27,6 +27,9 @@ from pipeline.spark.writer import (
     make_task_function,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 __all__ = ["ArrowRowsWrite", "SqlDecodeWrite"]
 
 
@@ -34,7 +37,7 @@ __all__ = ["ArrowRowsWrite", "SqlDecodeWrite"]
 class SqlDecodeWrite:
     """``WritePath.SQL_DECODE``: Spark SQL decodes the batch's rows, the tasks stage them."""
 
-    rows: Callable[[], Any]  # the batch's raw Kafka rows (a DataFrame)
+    rows: Callable[[], DataFrame]  # the batch's raw Kafka rows
     plan: TaskPlanner
     decode: DecodeConfig
     include_headers: bool
@@ -54,7 +57,7 @@ class SqlDecodeWrite:
 class ArrowRowsWrite:
     """``WritePath.ARROW_ROWS``: the tasks decode the batch's rows by Arrow and stage them."""
 
-    rows: Callable[[], Any]  # the batch's raw Kafka rows (a DataFrame)
+    rows: Callable[[], DataFrame]  # the batch's raw Kafka rows
     plan: TaskPlanner
     decode: DecodeConfig
     include_headers: bool

@@ -10,6 +10,7 @@ committed offsets read fresh whenever :func:`starts_exactly_at` is false.
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from pipeline.commit.coverage import gap_error, gaps
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
@@ -18,6 +19,11 @@ from pipeline.commit.types import RereadFn, StagedBatch, WriteFn
 from pipeline.errors import GapError, OverlapError
 
 log = logging.getLogger(__name__)
+
+#: ``commit.onGap``: refuse a batch that starts above the table, or re-read from the table
+OnGap = Literal["fail", "rewind"]
+#: ``commit.onOverlap``: drop what the table already holds, or refuse the batch
+OnOverlap = Literal["drop", "fail"]
 
 
 def starts_exactly_at(
@@ -38,7 +44,7 @@ def check_gaps(
     committed: PartitionOffsets,
     write: WriteFn,
     reread: RereadFn | None,
-    on_gap: str,
+    on_gap: OnGap,
 ) -> tuple[PartitionOffsets | None, WriteFn]:
     """The gap check, before anything is staged: (start, write) unchanged, or a failure,
     or (``on_gap="rewind"``) the start moved down to ``committed`` and its re-read."""
@@ -63,7 +69,7 @@ def planned_overlap(
     start: PartitionOffsets | None,
     end: PartitionOffsets,
     committed: PartitionOffsets,
-    on_overlap: str,
+    on_overlap: OnOverlap,
 ) -> dict[TopicPartition, tuple[int, int]]:
     """Before anything is written: the planned ranges below ``committed`` (the workers
     drop them), or ``OverlapError`` under ``on_overlap="fail"``."""
@@ -80,7 +86,7 @@ def planned_overlap(
 
 
 def check_staged_overlap(
-    batch_id: int, staged: StagedBatch, committed: PartitionOffsets, on_overlap: str
+    batch_id: int, staged: StagedBatch, committed: PartitionOffsets, on_overlap: OnOverlap
 ) -> None:
     """After the write: ``OverlapError`` under ``on_overlap="fail"`` when the workers
     dropped records the table already holds (a first batch's overlap is known only here)."""

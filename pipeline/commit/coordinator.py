@@ -52,6 +52,8 @@ from typing import TypeVar
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.continuity import (
+    OnGap,
+    OnOverlap,
     check_gaps,
     check_staged_overlap,
     planned_overlap,
@@ -106,10 +108,10 @@ class Coordinator:
         *,
         timeline: InstantTimeline,
         epoch: int = 0,
-        on_overlap: str = "drop",
+        on_overlap: OnOverlap = "drop",
         faults: FaultPoints | None = None,
         data_loss: DataLossFn | None = None,
-        on_gap: str = "fail",
+        on_gap: OnGap = "fail",
     ) -> None:
         self.pipeline_id = pipeline_id
         self.tables = CommitTables(main, dead_letter)
@@ -372,10 +374,10 @@ def make_coordinator(
     *,
     timeline: InstantTimeline | None = None,
     epoch: int = 0,
-    on_overlap: str = "drop",
+    on_overlap: OnOverlap = "drop",
     faults: FaultPoints | None = None,
     data_loss: DataLossFn | None = None,
-    on_gap: str = "fail",
+    on_gap: OnGap = "fail",
 ) -> BatchCoordinator:
     """The coordinator of a pipeline: exactly-once with a journal ``timeline``, else the
     at-least-once baseline (no journal, no fencing, no dedupe: ``on_overlap``,

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pipeline.commit.continuity import OnGap, OnOverlap
 from pipeline.config.base import Seconds, _Model
 from pipeline.durations import normalize_duration
 
@@ -38,10 +39,10 @@ class CommitConfig(_Model):
 
     mode: Literal["exactly-once", "at-least-once"] = "exactly-once"
     # records at offsets the table already holds (checkpoint behind the table)
-    on_overlap: Literal["drop", "fail"] = "drop"
+    on_overlap: OnOverlap = "drop"
     # a batch starting above the table's committed offsets (table rolled back, checkpoint
     # from elsewhere): refuse, or re-read from the table's offsets (docs/design.md inv. 8)
-    on_gap: Literal["fail", "rewind"] = "fail"
+    on_gap: OnGap = "fail"
     # fault injection for tests and drills: "<point>:<kill|raise>[@batch],…"
     faults: str | None = None
     # finished journal entries kept for inspection

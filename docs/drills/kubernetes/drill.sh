@@ -12,8 +12,7 @@ CHART="$ROOT/helm/ingest"
 eval "$("$ROOT/scripts/k8s-control-plane.sh" env)"
 # shellcheck source=tools.sh
 source "$ROOT/docs/drills/kubernetes/tools.sh"
-need helm "scripts/tools.sh installs it (with kubectl) into .tools/bin"
-need kubectl "scripts/tools.sh installs it (with helm) into .tools/bin"
+need_chart_tools
 need etcd "scripts/k8s-control-plane.sh build builds it (with the API server)"
 need /usr/local/go/bin/go "phase 02 fetches the CRDs with Go, as scripts/k8s-control-plane.sh does"
 serving

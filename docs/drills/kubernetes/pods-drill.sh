@@ -22,8 +22,7 @@ RUN="$ROOT/.tools/k8s/run"
 eval "$("$ROOT/scripts/k8s-control-plane.sh" env)"
 # shellcheck source=tools.sh
 source "$HERE/tools.sh"
-need helm "scripts/tools.sh installs it (with kubectl) into .tools/bin"
-need kubectl "scripts/tools.sh installs it (with helm) into .tools/bin"
+need_chart_tools
 need ctr "Debian's containerd provides it (scripts/k8s-control-plane.sh node runs it)"
 need "$PY" "scripts/bootstrap.sh makes the venv (the runtime and the lab's ingest produce)"
 serving

@@ -8,6 +8,11 @@ need() {  # need TOOL WHAT-PROVIDES-IT
   exit 1
 }
 
+need_chart_tools() {  # helm and kubectl, which every drill here drives
+  need helm "scripts/tools.sh installs it (with kubectl) into .tools/bin"
+  need kubectl "scripts/tools.sh installs it (with helm) into .tools/bin"
+}
+
 serving() {  # the API server of KUBECONFIG answers
   kubectl get --raw /readyz >/dev/null 2>&1 && return 0
   echo "$(basename "$0"): no API server answers (KUBECONFIG=${KUBECONFIG:-}): scripts/k8s-control-plane.sh start starts one" >&2

@@ -9,7 +9,7 @@ consecutive commits run every one of them, and a failure fails CI like any other
 The left-out drills run as ``tests/test_drills.py::test_left_out_drills[<share>]``, the
 drills of :data:`DRILLS` given that share.
 
-``tests/unit/test_rotation.py`` checks that the shares cover each such test exactly once.
+``tests/unit/repo/test_rotation.py`` checks that the shares cover each such test exactly once.
 A new ``extended`` test must be given a share here, or that test fails.
 
 By hand (from the repository root)::

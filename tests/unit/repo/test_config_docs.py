@@ -35,7 +35,7 @@ from pydantic.alias_generators import to_camel
 
 from pipeline.config import PipelineConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

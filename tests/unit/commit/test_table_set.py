@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memtable import FakeKafka, FakeWorkers, MemTable
+from support.memtable import FakeKafka, FakeWorkers, MemTable
 
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.coordinator import Coordinator, make_coordinator

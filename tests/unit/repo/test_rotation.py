@@ -14,7 +14,7 @@ from test_drills import _in_ci_subset
 
 from lab.drill.runner import select
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _collected(marker: str) -> set[str]:

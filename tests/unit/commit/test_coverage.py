@@ -1,6 +1,6 @@
 """The protocol never *skips* a record (docs/design.md invariants 4 and 8).
 
-Spark-free, on the in-memory table of ``test_commit_protocol``: the gap check (a batch
+Spark-free, on the in-memory table of ``support.commit_env``: the gap check (a batch
 starting above the table's committed offsets), read coverage (tasks that read other
 offsets than planned), and dead letters committed at most once in every recovery
 combination. Each test failed on the code before these checks (the gap and the skipping
@@ -13,14 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from test_commit_protocol import PIPE, T0, T1, E, Env, X, Y, assert_exactly_once, env
+from support.commit_env import PIPE, T0, T1, E, Env, X, Y, assert_exactly_once
 
 from pipeline.commit.faults import FaultInjected
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.errors import CoverageError, GapError
-
-__all__ = ["env"]  # the fixture
 
 
 def _commit_first(env: Env, n: int) -> None:

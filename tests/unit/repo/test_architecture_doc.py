@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "architecture.md"
 # `runtime/batches.py:BatchRunner._offsets`: a module path under pipeline/ and a dotted name
 REFERENCE = re.compile(r"`((?:[a-z_]+/)*[a-z_]+\.py):([A-Za-z_][A-Za-z0-9_.]*)")

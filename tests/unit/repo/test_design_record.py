@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RECORD = ROOT / "docs" / "design.md"
 
 # Names of documents that were never in the repository (the notes the project started

@@ -45,14 +45,16 @@ from pipeline.storage.local import LocalJournalStore
 # ---------------------------------------------------------------------------------------
 
 # mid-write is worker-side, during-rollback has its own tests, between-table-commits only
-# exists with two main tables (tests/test_dual_pipeline.py)
+# exists with two main tables (tests/integration/commit/test_dual_pipeline.py)
 OTHER_POINTS = {
     "mid-write",
     "during-rollback",
     "between-table-commits",
-    "compaction-after-write",  # background maintenance: tests/test_*_maintenance.py
+    # background maintenance: tests/integration/formats/*/test_*_maintenance.py
+    "compaction-after-write",
     "compaction-after-commit",
-    "after-schema-change",  # at start, before any batch: tests/test_schema_evolution.py
+    # at start, before any batch: tests/integration/decode/test_schema_evolution.py
+    "after-schema-change",
 }
 DRIVER_CRASH_POINTS = [p for p in POINTS if p not in OTHER_POINTS]
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from integration.lab.test_drills import _in_ci_subset
 from support import rotation
-from test_drills import _in_ci_subset
 
 from lab.drill.runner import select
 
@@ -49,8 +49,8 @@ def test_every_core_test_runs_on_the_spark_reader() -> None:
     """Each test marked ``core`` runs with Spark's Kafka source on the default Spark: in a
     share of the rotation, or every time when it sets ``source.reader: spark`` itself."""
     core = _collected("core")
-    own = {n for n in core if n.startswith("tests/test_spark_reader.py::")}
-    assert own, "tests/test_spark_reader.py is the reader's own core"
+    own = {n for n in core if n.startswith("tests/integration/source/test_spark_reader.py::")}
+    assert own, "tests/integration/source/test_spark_reader.py is the reader's own core"
     assert core - own == set(rotation.CORE_ON_SPARK_READER), "core tests without a share"
     assert set(rotation.CORE_ON_SPARK_READER.values()) <= set(range(rotation.SHARES))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the Dockerfile with podman on a locally made Debian bookworm base, without any
-# container registry (used by tests/test_deploy_image.py; handy by hand too).
+# container registry (used by tests/integration/deploy/test_deploy_image.py; handy by hand too).
 #
 #   scripts/image-test.sh base            make/import the base image, print its name
 #   scripts/image-test.sh build [TAG]     build the image (default tag below), print TAG

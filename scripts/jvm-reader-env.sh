@@ -14,7 +14,8 @@
 # Idempotent and quick once set up (a stamp in the venv records the pins it was built with).
 # Prints python=, iceberg_jar=, hudi_jar=, sqlite_jdbc_jar= and s3_jars= (comma-separated)
 # lines; when something cannot be had it prints one line naming it to stderr and exits 1.
-# tests/test_jvm_iceberg_reader.py and tests/test_jvm_hudi_reader.py run it (the slow suite);
+# tests/integration/formats/iceberg/test_jvm_iceberg_reader.py and
+# tests/integration/formats/hudi/test_jvm_hudi_reader.py run it (the slow suite);
 # tests/jvm_reader/ holds the readers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

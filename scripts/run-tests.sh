@@ -48,7 +48,7 @@ if [ -z "${INGEST_SKIP_DEFAULT:-}" ]; then
   # The default suite's 2-SIGKILL drill is a subset of the drill stage below: CI runs it there.
   fast_drill=()
   if [ -z "${INGEST_SKIP_DRILLS:-}" ]; then
-    fast_drill=(--deselect tests/test_drills.py::test_fast_drills_kill_and_checkpoint_deleted)
+    fast_drill=(--deselect tests/integration/lab/test_drills.py::test_fast_drills_kill_and_checkpoint_deleted)
   fi
   # two pytest workers, each test module whole on one (its session fixtures: a broker, a
   # Spark session per worker): a Spark test leaves a core idle about a third of its time.
@@ -118,7 +118,7 @@ rotation_stage() {
   for version in "${lines[@]}"; do
     [ -n "$version" ] || continue
     py_line="$(bash scripts/spark-line-env.sh "$version")" || { failed=1; continue; }
-    "$py_line" -m pytest --durations=5 -p no:cacheprovider tests/test_spark_reader.py || failed=1
+    "$py_line" -m pytest --durations=5 -p no:cacheprovider tests/integration/source/test_spark_reader.py || failed=1
   done
   return "$failed"
 }

@@ -2,7 +2,7 @@
 # System packages the test suite uses for real external parts (installed when missing and
 # running as root; otherwise the tests that need them skip and name the package):
 #   prometheus, promtool  - Debian "prometheus" (real Prometheus server, rule/metric checks)
-#   podman/buildah/debootstrap/runc - image build test (tests/test_deploy_image.py)
+#   podman/buildah/debootstrap/runc - image build test (tests/integration/deploy/test_deploy_image.py)
 set -euo pipefail
 [ "$(id -u)" = 0 ] || { echo "test-deps: not root, skipping system packages" >&2; exit 0; }
 command -v apt-get >/dev/null 2>&1 || { echo "test-deps: no apt-get, skipping" >&2; exit 0; }

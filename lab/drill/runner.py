@@ -62,7 +62,7 @@ ORDER = (
 CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
 # The full matrix runs these on S3 (SeaweedFS): Hudi's commit slots take the place of its
 # flock there, so the SIGKILL chain and the zombie prove them; local Hudi commits keep
-# their kill-at-every-fault-point test (tests/test_hudi_pipeline.py, slow).
+# their kill-at-every-fault-point test (tests/integration/formats/hudi/test_hudi_pipeline.py, slow).
 FULL_ON_S3 = frozenset({("kill", "hudi"), ("zombie", "hudi")})
 FORMATS: tuple[TableFormat, ...] = ("iceberg", "hudi", "both")
 

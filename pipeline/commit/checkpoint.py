@@ -10,7 +10,7 @@ Operators
                                              maps: compact, keys sorted).
   * :meth:`CommitCheckpoint.from_summary` -- the inverse; None for a commit of no pipeline.
 
-Invariants (pinned by ``tests/unit/test_checkpoint_golden.py``)
+Invariants (pinned by ``tests/unit/commit/test_checkpoint.py``)
   * The encoding is stable byte for byte: tables outlive the code that wrote them.
   * ``from_summary(to_summary(c)) == c``; optional fields are written only when set.
   * A summary with a pipeline id but malformed checkpoint keys raises ``CommitError``,

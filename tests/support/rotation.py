@@ -2,14 +2,14 @@
 
 CI's stages leave out two kinds of test: those marked ``extended`` (variants too slow for
 every run) and the drills of ``ingest drill --matrix full`` outside CI's drill subset
-(``tests/test_drills.py::_in_ci_subset``). Each of them belongs to one of :data:`SHARES`
+(``tests/integration/lab/test_drills.py::_in_ci_subset``). Each of them belongs to one of :data:`SHARES`
 shares here. A CI run executes the share of the commit it tests: the commit's height in
 its history (``git rev-list --count HEAD``) modulo :data:`SHARES`, so any :data:`SHARES`
 consecutive commits run every one of them, and a failure fails CI like any other test.
-The left-out drills run as ``tests/test_drills.py::test_left_out_drills[<share>]``, the
+The left-out drills run as ``tests/integration/lab/test_drills.py::test_left_out_drills[<share>]``, the
 drills of :data:`DRILLS` given that share.
 
-``tests/unit/test_rotation.py`` checks that the shares cover each such test exactly once.
+``tests/unit/repo/test_rotation.py`` checks that the shares cover each such test exactly once.
 A new ``extended`` test must be given a share here, or that test fails.
 
 By hand (from the repository root)::
@@ -39,59 +39,59 @@ ROOT = Path(__file__).resolve().parents[2]
 # Kafka source and other Spark lines add up to 406-413 s by the times noted here (a fast
 # host's), placed longest first, drills first so that every share has one
 EXTENDED: dict[str, int] = {
-    "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 5,  # 110 s
-    "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 3,  # 101 s
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-requested]": 7,  # 36 s
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-write]": 6,  # 35 s
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-precommit]": 5,  # 31 s
-    "tests/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-commit]": 7,  # 32 s
-    "tests/test_graceful_stop.py::test_sigterm_mid_batch_and_idle_hudi": 2,  # 30 s
-    "tests/test_graceful_stop.py::test_stop_cut_short_then_second_signal_then_resume[hudi]": 4,  # 42 s
-    "tests/test_fencing.py::test_second_driver_fences_the_first": 4,  # 25 s
-    "tests/test_recovery_spark.py::test_recommit_does_not_recompute": 3,  # 25 s
-    "tests/test_recovery_spark.py::test_worker_killed_mid_write_is_retried_without_duplicates": 0,  # 16 s
-    "tests/test_hudi_pipeline.py::test_worker_killed_mid_write_leaves_no_duplicate": 0,  # 15 s
-    "tests/test_hudi_s3.py::test_pipeline_into_hudi_on_s3_exactly_once_recovery_and_lost_checkpoint": 5,  # 37 s
-    "tests/test_dual_pipeline.py::test_crash_between_the_two_table_commits[same-checkpoint]": 4,  # 27 s
-    "tests/test_outages.py::test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes": 7,  # 18 s
-    "tests/test_pipeline_iceberg.py::test_unreachable_broker_is_one_clear_line": 3,  # 16 s
-    "tests/test_broker.py::test_leader_killed_and_paused_loses_nothing": 3,  # 53 s
-    "tests/test_cli.py::test_spark_submit_of_main_py_from_a_checkout": 1,  # 16 s
-    "tests/test_registry_avro.py::test_new_versions_while_running_evolve_the_table_once_and_lose_nothing[hudi]": 0,  # 25 s
-    "tests/test_registry_avro.py::test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written": 7,  # 9 s
-    "tests/test_peers_spark_sinks.py::test_peer_drains_the_topic_exactly_once[spark-iceberg-sink]": 1,  # ~25 s
-    "tests/test_peers_spark_sinks.py::test_peer_drains_the_topic_exactly_once[spark-hudi-sink]": 6,  # ~60 s
-    "tests/test_peers_spark_sinks.py::test_iceberg_peer_stops_on_sigterm_and_resumes": 2,  # ~25 s
-    "tests/test_peers_kafka_connect.py::test_iceberg_kafka_connect_exactly_once": 6,  # ~20 s
-    "tests/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 5,  # 22 s
-    "tests/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 0,  # 2 s
-    "tests/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 3,  # 6 s
-    "tests/test_schema_evolution.py::test_a_refused_change_is_one_line_exit_2_and_touches_nothing[hudi-drop-column 'price': is in the table but not configured]": 5,  # 6 s
-    "tests/test_schema_evolution.py::test_a_driver_killed_around_the_schema_change_loses_nothing[hudi-after-precommit:kill]": 2,  # 38 s
+    "tests/integration/commit/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 5,  # 110 s
+    "tests/integration/formats/hudi/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 3,  # 101 s
+    "tests/integration/runtime/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-requested]": 7,  # 36 s
+    "tests/integration/runtime/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-write]": 6,  # 35 s
+    "tests/integration/runtime/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-precommit]": 5,  # 31 s
+    "tests/integration/runtime/test_graceful_stop.py::test_sigterm_in_every_phase_of_a_batch_iceberg[after-commit]": 7,  # 32 s
+    "tests/integration/runtime/test_graceful_stop.py::test_sigterm_mid_batch_and_idle_hudi": 2,  # 30 s
+    "tests/integration/runtime/test_graceful_stop.py::test_stop_cut_short_then_second_signal_then_resume[hudi]": 4,  # 42 s
+    "tests/integration/commit/test_fencing.py::test_second_driver_fences_the_first": 4,  # 25 s
+    "tests/integration/commit/test_recovery_spark.py::test_recommit_does_not_recompute": 3,  # 25 s
+    "tests/integration/commit/test_recovery_spark.py::test_worker_killed_mid_write_is_retried_without_duplicates": 0,  # 16 s
+    "tests/integration/formats/hudi/test_hudi_pipeline.py::test_worker_killed_mid_write_leaves_no_duplicate": 0,  # 15 s
+    "tests/integration/formats/hudi/test_hudi_s3.py::test_pipeline_into_hudi_on_s3_exactly_once_recovery_and_lost_checkpoint": 5,  # 37 s
+    "tests/integration/commit/test_dual_pipeline.py::test_crash_between_the_two_table_commits[same-checkpoint]": 4,  # 27 s
+    "tests/integration/commit/test_outages.py::test_catalog_outage_at_batch_start_and_mid_commit_waits_and_resumes": 7,  # 18 s
+    "tests/integration/formats/iceberg/test_pipeline_iceberg.py::test_unreachable_broker_is_one_clear_line": 3,  # 16 s
+    "tests/integration/lab/test_broker.py::test_leader_killed_and_paused_loses_nothing": 3,  # 53 s
+    "tests/integration/ops/test_cli.py::test_spark_submit_of_main_py_from_a_checkout": 1,  # 16 s
+    "tests/integration/decode/test_registry_avro.py::test_new_versions_while_running_evolve_the_table_once_and_lose_nothing[hudi]": 0,  # 25 s
+    "tests/integration/decode/test_registry_avro.py::test_a_registry_that_goes_away_mid_run_stops_the_run_with_nothing_half_written": 7,  # 9 s
+    "tests/integration/lab/test_peers_spark_sinks.py::test_peer_drains_the_topic_exactly_once[spark-iceberg-sink]": 1,  # ~25 s
+    "tests/integration/lab/test_peers_spark_sinks.py::test_peer_drains_the_topic_exactly_once[spark-hudi-sink]": 6,  # ~60 s
+    "tests/integration/lab/test_peers_spark_sinks.py::test_iceberg_peer_stops_on_sigterm_and_resumes": 2,  # ~25 s
+    "tests/integration/lab/test_peers_kafka_connect.py::test_iceberg_kafka_connect_exactly_once": 6,  # ~20 s
+    "tests/integration/decode/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 5,  # 22 s
+    "tests/integration/decode/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 0,  # 2 s
+    "tests/integration/decode/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 3,  # 6 s
+    "tests/integration/decode/test_schema_evolution.py::test_a_refused_change_is_one_line_exit_2_and_touches_nothing[hudi-drop-column 'price': is in the table but not configured]": 5,  # 6 s
+    "tests/integration/decode/test_schema_evolution.py::test_a_driver_killed_around_the_schema_change_loses_nothing[hudi-after-precommit:kill]": 2,  # 38 s
     # moved from the slow stage for CI's budget when the PySpark 3.5 stage came (2026-11-28)
-    "tests/test_hudi_table_services.py::test_hudi_clustering_and_cleaner_run_by_hand_break_nothing": 2,  # 111 s
-    "tests/test_outages.py::test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing": 7,  # 62 s
-    "tests/test_jvm_hudi_reader.py::test_hudi_spark_reads_snapshots_commits_increments_and_time_travel[s3]": 0,  # 56 s
-    "tests/test_jvm_hudi_reader.py::test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg": 2,  # 66 s
+    "tests/integration/formats/hudi/test_hudi_table_services.py::test_hudi_clustering_and_cleaner_run_by_hand_break_nothing": 2,  # 111 s
+    "tests/integration/commit/test_outages.py::test_leaders_killed_mid_batch_and_mid_commit_and_paused_lose_nothing": 7,  # 62 s
+    "tests/integration/formats/hudi/test_jvm_hudi_reader.py::test_hudi_spark_reads_snapshots_commits_increments_and_time_travel[s3]": 0,  # 56 s
+    "tests/integration/formats/hudi/test_jvm_hudi_reader.py::test_hudi_spark_reads_a_trimmed_unpartitioned_table_written_beside_iceberg": 2,  # 66 s
     # the image built on PySpark 3.5.7 (2026-11-28): 112 s to build on a warm base, 46 s cached
-    "tests/test_deploy_image.py::test_image_on_pyspark_35_runs_spark_kafka_source": 6,  # 160 s
+    "tests/integration/deploy/test_deploy_image.py::test_image_on_pyspark_35_runs_spark_kafka_source": 6,  # 160 s
     # Hudi's own Spark writer (2026-11-28): its kill test runs in the PySpark 3.5 stage
-    "tests/test_hudi_spark_pipeline.py::test_an_unpartitioned_table_reads_the_same_in_every_reader": 0,  # 70 s
+    "tests/integration/formats/hudi_spark/test_hudi_spark_pipeline.py::test_an_unpartitioned_table_reads_the_same_in_every_reader": 0,  # 70 s
     # (a share's rotation stage took 1,012 s with it and the containers test on a fresh clone)
-    "tests/test_hudi_spark_pipeline.py::test_tables_on_s3_are_exactly_once_across_kills": 0,  # 90-144 s
+    "tests/integration/formats/hudi_spark/test_hudi_spark_pipeline.py::test_tables_on_s3_are_exactly_once_across_kills": 0,  # 90-144 s
     # the default stage's ten minutes (2026-11-29: 557 s before): CLI cases that wait out
     # the broker timeout (run's stays in the default stage)
-    "tests/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[bench-unreachable-broker]": 6,  # 10 s
-    "tests/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[drill-unreachable-broker]": 1,  # 10 s
-    "tests/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[produce-unreachable-broker]": 4,  # 10 s
+    "tests/integration/ops/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[bench-unreachable-broker]": 6,  # 10 s
+    "tests/integration/ops/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[drill-unreachable-broker]": 1,  # 10 s
+    "tests/integration/ops/test_cli_errors.py::test_operator_errors_are_one_line_exit_2_and_create_nothing[produce-unreachable-broker]": 4,  # 10 s
     # the pipeline's image against Kafka's image through testcontainers on podman's API,
     # its container SIGKILLed twice (2026-11-29); 69-77 s with both images cached, 163 s
     # when the image's dependency layer is rebuilt
-    "tests/test_containers.py::test_pipeline_image_sigkilled_twice_against_kafka_image_is_exactly_once": 3,  # 69 s
+    "tests/integration/deploy/test_containers.py::test_pipeline_image_sigkilled_twice_against_kafka_image_is_exactly_once": 3,  # 69 s
     # every system of the peers section (2026-11-29; CI's slow stage runs three of them):
     # 530 s on a slow host from a fresh checkout, which builds PySpark 4.1's environment here
-    "tests/test_peers_section.py::test_systems_move_the_data_set_once_and_are_measured[every-system]": 1,  # ~250 s
-    "tests/test_peers_section.py::test_sigkills_under_a_live_producer_are_counted_exactly_once": 2,  # ~60 s
+    "tests/integration/lab/test_peers_section.py::test_systems_move_the_data_set_once_and_are_measured[every-system]": 1,  # ~250 s
+    "tests/integration/lab/test_peers_section.py::test_sigkills_under_a_live_producer_are_counted_exactly_once": 2,  # ~60 s
 }
 
 # the drills of the full matrix outside CI's subset: (label, table format) -> share
@@ -112,23 +112,23 @@ DRILLS: dict[tuple[str, str], int] = {
     ("kill", "both"): 0,  # 134 s (9 SIGKILLs)
 }
 
-LEFT_OUT_DRILLS = "tests/test_drills.py::test_left_out_drills"
+LEFT_OUT_DRILLS = "tests/integration/lab/test_drills.py::test_left_out_drills"
 
 # the exactly-once core (tests marked ``core``) once more on the default Spark with
 # ``INGEST_SOURCE_READER=spark`` (Spark's Kafka source): node id -> share. CI runs the
-# core every time on PySpark 3.5 with that reader, and tests/test_spark_reader.py (which
+# core every time on PySpark 3.5 with that reader, and tests/integration/source/test_spark_reader.py (which
 # sets the reader itself) every time on the default Spark.
 CORE_ON_SPARK_READER: dict[str, int] = {
-    "tests/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 5,
-    "tests/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 4,
-    "tests/test_recovery_spark.py::test_recommit_does_not_recompute": 7,
-    "tests/test_pipeline_iceberg.py::test_exactly_once_with_dead_letters_restart_and_replay": 6,
-    "tests/test_hudi_pipeline.py::test_exactly_once_with_dead_letters_replay_and_lost_checkpoint": 5,
-    "tests/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[iceberg]": 3,
-    "tests/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[hudi]": 2,
+    "tests/integration/commit/test_recovery_spark.py::test_driver_killed_at_every_fault_point[postgresql]": 5,
+    "tests/integration/formats/hudi/test_hudi_pipeline.py::test_driver_killed_at_every_fault_point": 4,
+    "tests/integration/commit/test_recovery_spark.py::test_recommit_does_not_recompute": 7,
+    "tests/integration/formats/iceberg/test_pipeline_iceberg.py::test_exactly_once_with_dead_letters_restart_and_replay": 6,
+    "tests/integration/formats/hudi/test_hudi_pipeline.py::test_exactly_once_with_dead_letters_replay_and_lost_checkpoint": 5,
+    "tests/integration/commit/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[iceberg]": 3,
+    "tests/integration/commit/test_dead_letters_once.py::test_dead_letters_once_when_the_repair_fails_before_its_precommit[hudi]": 2,
 }
 
-# the other Spark lines users run: tests/test_spark_reader.py (Spark's Kafka source: its
+# the other Spark lines users run: tests/integration/source/test_spark_reader.py (Spark's Kafka source: its
 # options, error paths, both decode engines, exactly once) in a virtual environment of
 # that PySpark (scripts/spark-line-env.sh): version -> share. 3.5 has a CI stage of its
 # own; the default install runs it in the default stage.
@@ -136,7 +136,7 @@ OTHER_SPARK_LINES: dict[str, int] = {
     "4.1.1": 7,  # the 4.1 line's first release on PyPI: the source jar is 4.1.3 (pom.xml)
     "4.0.5": 4,
 }
-SPARK_LINE_TESTS = "tests/test_spark_reader.py"
+SPARK_LINE_TESTS = "tests/integration/source/test_spark_reader.py"
 
 
 def spark_lines(share: int) -> list[str]:

@@ -20,7 +20,8 @@ from lab.drill.scenarios.steps import (
 # Driver fault points in the order that exercises every recovery path: the run after
 # after-requested/after-write rolls back, during-rollback dies inside that rollback,
 # after-precommit/after-dead-letter-commit are recommitted, after-commit-before-checkpoint
-# is replayed and skipped (tests/test_recovery_spark.py CHAIN). Then the background
+# is replayed and skipped (tests/integration/commit/test_recovery_spark.py CHAIN). Then
+# the background
 # compaction's (the drill runs with it on, compactions.DRILL_COMPACTION): killed with its
 # files written but not committed (orphans; the table unchanged), then right after its
 # commit (the replaced files stay until expiry); the next driver must carry on exactly.

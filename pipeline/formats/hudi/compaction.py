@@ -4,7 +4,7 @@ orphan cleanup (:mod:`~pipeline.formats.hudi.orphans`), as one
 
 Commit shape: what Hudi's clustering writes, checked with hudi-rs 0.5 (the snapshot drops
 the replaced file groups, time travel before the replace still sees them, a replace older
-than later commits reads right; tests/test_hudi_maintenance.py):
+than later commits reads right; tests/integration/formats/hudi/test_hudi_maintenance.py):
 ``C.replacecommit.requested`` (empty: Java reads that as "not a clustering plan"),
 ``C.replacecommit.inflight`` (empty), ``C.replacecommit`` (JSON: write stats of the new
 file groups, ``partitionToReplaceFileIds``, ``operationType`` CLUSTER, ``extraMetadata``

@@ -10,7 +10,7 @@ Names, as Hudi writes them (``<time>``: 14 or 17 digits; ``<completion>``: 17)::
     <time>_<completion>.<action>        completed (timeline layout 2: table version 8 and
                                         later, in .hoodie/timeline; Hudi's own writer)
 
-Invariants (tests/unit/test_hudi_instant.py): ``Instant.parse(i.file_name) == i`` for
+Invariants (tests/unit/formats/hudi/test_instant.py): ``Instant.parse(i.file_name) == i`` for
 every instant; ``Instant.parse(name).file_name == name`` for every name above;
 :meth:`Instant.parse` answers None for any other name (``hoodie.properties``, directories,
 a temporary ``<name>.<uuid>``, an action Hudi does not have), so a listing of the

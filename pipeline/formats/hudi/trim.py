@@ -19,8 +19,8 @@ they would become visible.
 never mistaken for debris. Completed replacecommits (compactions) at or before the newest
 trimmed commit leave the timeline with it, after the base files of the file groups they
 replaced are deleted: once a replacecommit is gone, readers would read those files again
-(checked with hudi-rs in tests/test_hudi_maintenance.py). A pending replacecommit is never
-trimmed past.
+(checked with hudi-rs in tests/integration/formats/hudi/test_hudi_maintenance.py). A
+pending replacecommit is never trimmed past.
 The committer calls :func:`maybe_trim` while it holds the table lock.
 """
 

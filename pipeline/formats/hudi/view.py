@@ -3,7 +3,7 @@ one reading of the timeline. Compaction plans (:mod:`~pipeline.formats.hudi.comp
 file statistics and orphan cleanup (:mod:`~pipeline.formats.hudi.orphans`) start from it.
 
 Reader rules (hudi-rs 0.5.0; docs/hudi.md, "Reader facts the writer relies on";
-tests/test_hudi_maintenance.py):
+tests/integration/formats/hudi/test_hudi_maintenance.py):
 
 * a base file is **committed** when its instant is a completed ``commit`` or
   ``replacecommit`` on the active timeline, or when its instant is older than the first

@@ -2,7 +2,8 @@
 
 Nothing else in :mod:`pipeline.formats.iceberg` imports an underscore-prefixed pyiceberg
 name or reads an underscore-prefixed attribute of a pyiceberg object; everything here
-is pinned by ``tests/test_pyiceberg_internals.py``, so an upgrade that changes one of
+is pinned by ``tests/integration/formats/iceberg/test_pyiceberg_internals.py``, so an
+upgrade that changes one of
 them fails there, loudly, instead of silently changing what a commit does.
 
 * :class:`ReplaceFiles` -- a ``replace`` snapshot (a rewrite that changes no data). pyiceberg

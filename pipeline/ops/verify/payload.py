@@ -2,7 +2,8 @@
 
 The values are decoded by the pipeline's own Arrow decoder
 (:class:`pipeline.decode.arrow.ArrowDecoder`, held equal to Spark's ``from_json`` by
-``tests/test_decode_engines.py``), so a row verifies exactly when it holds what either
+``tests/integration/decode/test_decode_engines.py``), so a row verifies exactly when it
+holds what either
 engine would have written. A main-table row whose record does not decode is reported as
 a mismatch on ``_decode``.
 

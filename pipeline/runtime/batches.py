@@ -72,6 +72,11 @@ class BatchRunner:
         self._incarnation: str | None = None
         # (batch id, its logged end offsets): the next batch's start, without a second read
         self._last_end: tuple[int, PartitionOffsets] | None = None
+        # the tasks know no batch id: an armed mid-write fault acts in every batch
+        armed = format_faults(
+            dataclasses.replace(f, batch=None) for f in faults.at(FaultPoint.MID_WRITE)
+        )
+        self._writes = BatchWrites(cfg, tables, source, armed)
 
     def incarnation(self) -> str:
         """The checkpoint's query id (batch ids restart with a new checkpoint)."""
@@ -139,12 +144,12 @@ class BatchRunner:
         """Writes of other ranges than Spark planned (gap rewind, repairs): the adapter
         named by ``reread_path`` (tasks that read the ranges, whatever the configured
         reader and engine); None when the format writes through its own engine."""
-        path = self._writes().reread_path()
+        path = self._writes.reread_path()
         if path is None:
             return None
 
         def reread(start: PartitionOffsets, end: PartitionOffsets) -> WriteFn:
-            return self._writes().named(path, df, start, end).write
+            return self._writes.named(path, df, start, end).write
 
         return reread
 
@@ -159,14 +164,7 @@ class BatchRunner:
     def _writer(
         self, df: DataFrame, start: PartitionOffsets | None, end: PartitionOffsets
     ) -> BatchWrite:
-        return self._writes().planned(df, start, end)
-
-    def _writes(self) -> BatchWrites:
-        # the tasks know no batch id: an armed mid-write fault acts in every batch
-        armed = format_faults(
-            dataclasses.replace(f, batch=None) for f in self.faults.at(FaultPoint.MID_WRITE)
-        )
-        return BatchWrites(self.cfg, self.tables, self.source, armed)
+        return self._writes.planned(df, start, end)
 
     def _report(self, batch_id: int, outcome: BatchOutcome) -> None:
         self.stats.add(outcome)

@@ -38,7 +38,6 @@ __all__ = [
     "MetricsState",
     "OutcomeAccounting",
     "is_fencing_error",
-    "one_line",
     "split_by_weight",
 ]
 

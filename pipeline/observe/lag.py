@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.offsets import BrokerOffsets, TopicPartition
-from pipeline.observe.accounting import OTHER, MetricsState, one_line
+from pipeline.errors import one_line
+from pipeline.observe.accounting import OTHER, MetricsState
 
 if TYPE_CHECKING:
     from pipeline.config import SourceConfig

@@ -17,7 +17,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from pipeline.commit.lease import HaStatus
-from pipeline.observe.accounting import MetricsState, one_line
+from pipeline.errors import one_line
+from pipeline.observe.accounting import MetricsState
 
 __all__ = ["HA_ROLES", "HaCollector", "Readiness"]
 

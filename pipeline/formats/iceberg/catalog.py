@@ -13,7 +13,7 @@ from pyiceberg.exceptions import NoSuchPropertyException, NotInstalledError
 
 from pipeline.errors import CommitError, ConfigError, one_line
 
-__all__ = ["load_catalog", "mask_uri", "one_line"]
+__all__ = ["load_catalog", "mask_uri"]
 
 _USERINFO = re.compile(r"(://[^:/@]*):[^@/]*@")
 

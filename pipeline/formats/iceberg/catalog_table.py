@@ -57,8 +57,8 @@ from pyiceberg.table.snapshots import Snapshot
 
 from pipeline.commit.checkpoint import FENCE_KEY, CommitCheckpoint
 from pipeline.commit.fence import check_fence
-from pipeline.errors import CommitError
-from pipeline.formats.iceberg.catalog import load_catalog, one_line
+from pipeline.errors import CommitError, one_line
+from pipeline.formats.iceberg.catalog import load_catalog
 from pipeline.formats.iceberg.checkpoint_reads import SnapshotCheckpoints
 from pipeline.formats.iceberg.data_file_codec import deserialize_data_file
 from pipeline.formats.iceberg.expiry import (

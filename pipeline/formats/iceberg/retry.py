@@ -25,8 +25,7 @@ from tenacity import (
     wait_random,
 )
 
-from pipeline.errors import CatalogUnavailableError, CommitError, PipelineError
-from pipeline.formats.iceberg.catalog import one_line
+from pipeline.errors import CatalogUnavailableError, CommitError, PipelineError, one_line
 
 __all__ = ["is_conflict", "is_retryable", "is_unavailable", "with_retries"]
 

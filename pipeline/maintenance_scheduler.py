@@ -58,7 +58,7 @@ def protected_paths(tables: PipelineTables, pipeline_id: str) -> set[str]:
     each other whose journal lies beside the main table): what a recovery may still
     commit. A journal that cannot be read fails the cleanup: nothing is deleted."""
     paths: set[str] = set()
-    committers = [c for c in (tables.main, tables.dead_letter) if c is not None]
+    committers = [c for _, c in tables.commit_tables()]
     for writer in sorted({pipeline_id, *tables.journal_pipelines()}):
         for inst in tables.timeline(writer).pending():
             if inst.inflight is not None:

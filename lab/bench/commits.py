@@ -193,9 +193,9 @@ def _main_kind(cfg: Any) -> str:
 def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
     """Sizes that grow with the commit count and that each commit reads or rewrites."""
     if _main_kind(pipe.cfg) == "hudi":
-        table = pipe.tables.main.hudi
+        table = pipe.tables.commit_tables().main.hudi
         return {"timeline_files": len(table.files.listdir(table.paths.meta) or [])}
-    table = pipe.tables.main.table()
+    table = pipe.tables.commit_tables().main.table()
     location = str(table.metadata_location)
     size = (
         os.path.getsize(location.removeprefix("file://"))

@@ -119,7 +119,7 @@ def _table_records(cfg: dict[str, Any]) -> int | None:
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
 
-    table: Any = Pipeline(parse_config(cfg)).tables.main
+    table: Any = Pipeline(parse_config(cfg)).tables.commit_tables().main
     loaded = table.table()
     snap = loaded.current_snapshot() if loaded is not None else None
     if snap is None or snap.summary is None:

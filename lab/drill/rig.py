@@ -263,7 +263,7 @@ class Rig:
             with self._sample_lock:
                 self._tables = None
                 return self.committed_offsets()
-        off = self.tables().main.committed_offsets(self.cfg.id)
+        off = self.tables().commit_tables().committed_offsets(self.cfg.id)
         return dict(off or {})
 
     @property
@@ -307,7 +307,7 @@ class Rig:
         past their cached view of the table."""
         try:
             if reload and self._tables is not None:
-                self._tables.main.refresh()
+                self._tables.commit_tables().refresh()
             committed = sum(self.committed_offsets(fresh).values())
         except Exception:  # catalog down or table mid-creation: keep the last value
             self._tables = None

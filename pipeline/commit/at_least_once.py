@@ -1,7 +1,7 @@
 """The at-least-once baseline (``commit.mode: at-least-once``; benchmark baseline).
 
-Operators, per batch: write (workers stage files), then commit -- dead letters, then one
-main-table commit carrying the checkpoint. No journal, no writer epoch (no fencing), no
+Operators, per batch: write (workers stage files), then commit -- dead letters, then
+each main table, every commit carrying the checkpoint. No journal, no writer epoch (no fencing), no
 dedupe, no recovery: a batch Spark replays after a crash is appended again, and a
 checkpoint restarted from earlier offsets appends duplicates (nothing self-corrects).
 
@@ -18,29 +18,25 @@ import time
 from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.table_ranges import consumed_ranges
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import (
+    DEAD_LETTER,
     BatchOutcome,
     Outcome,
     RecordCounter,
     RereadFn,
-    TableCommitter,
     WriteFn,
 )
 from pipeline.errors import CommitError
 
 
 class AtLeastOnceCoordinator:
-    """Commits Spark batches as plain appends into a main and a dead-letter table."""
+    """Commits Spark batches as plain appends into a set of tables (its main tables and
+    a dead-letter table), in the set's commit order."""
 
-    def __init__(
-        self,
-        pipeline_id: str,
-        main: TableCommitter,
-        dead_letter: TableCommitter | None = None,
-    ) -> None:
+    def __init__(self, pipeline_id: str, tables: CommitTables) -> None:
         self.pipeline_id = pipeline_id
-        self.main = main
-        self.dead_letter = dead_letter
+        self.tables = tables
         self.epoch = 0  # checkpoints carry epoch 0: no writer epoch in this mode
 
     @property
@@ -72,7 +68,7 @@ class AtLeastOnceCoordinator:
         t1 = time.monotonic()
         staged = write(f"alo-{incarnation[:8]}-{batch_id}", PartitionOffsets())
         t2 = time.monotonic()
-        previous = self.main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        previous = self.tables.committed_offsets(self.pipeline_id) or PartitionOffsets()
         ranges = consumed_ranges(start, end, staged.stats, previous)
         committed = previous.updated(dict(end))
         checkpoint = CommitCheckpoint(
@@ -86,13 +82,17 @@ class AtLeastOnceCoordinator:
             dead_letter_records=staged.dead_letter_records,
             batch_end=end,
         )
-        dead_files = dead_bytes = 0
-        if staged.dead_letter_files and self.dead_letter is not None:
-            dead_bytes = sum(self.dead_letter.describe(d)[1] for d in staged.dead_letter_files)
-            dead_files = len(staged.dead_letter_files)
-            self.dead_letter.commit(staged.dead_letter_files, checkpoint)
-        main_bytes = sum(self.main.describe(d)[1] for d in staged.data_files)
-        self.main.commit(staged.data_files, checkpoint)
+        files: dict[str, list[bytes]] = {DEAD_LETTER: list(staged.dead_letter_files)}
+        for descriptor in staged.data_files:
+            name, own = self.tables.route(descriptor)
+            files.setdefault(name, []).append(own)
+        sizes = {name: 0 for name, _ in self.tables}
+        for name, table in self.tables:
+            if name == DEAD_LETTER and not files[name]:
+                continue
+            sizes[name] = sum(table.describe(d)[1] for d in files.get(name, []))
+            table.commit(files.get(name, []), checkpoint)
+        dead_files = len(staged.dead_letter_files) if DEAD_LETTER in sizes else 0
         return BatchOutcome(
             batch_id,
             Outcome.COMMITTED,
@@ -102,9 +102,9 @@ class AtLeastOnceCoordinator:
             ranges=ranges,
             committed=committed,
             timings={"write": t2 - t1, "commit": time.monotonic() - t2},
-            bytes=main_bytes,
+            bytes=sum(n for name, n in sizes.items() if name != DEAD_LETTER),
             dead_letter_files=dead_files,
-            dead_letter_bytes=dead_bytes,
+            dead_letter_bytes=sizes.get(DEAD_LETTER, 0),
             unknown_field_records=staged.unknown_field_records,
             unknown_fields=list(staged.unknown_fields),
         )

@@ -240,10 +240,6 @@ class CheckpointReads:
         )
         return found is not None
 
-    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        """One table: the same as :meth:`is_committed`."""
-        return self.is_committed(batch, end)
-
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         cp = self.latest_checkpoint(pipeline_id)
         if cp is None:

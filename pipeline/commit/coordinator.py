@@ -21,8 +21,8 @@ Operators, per batch (exactly-once mode)
   6. precommit-- INFLIGHT(T): the complete staged-file list and the checkpoint to commit,
                  refused (``CoverageError``) when the tasks' reads do not cover the
                  batch's ranges (invariant 8).
-  7. commit   -- each table of the batch's set in commit order: dead letters, then ONE
-                 main-table commit carrying the checkpoint, each refused when a newer
+  7. commit   -- each table of the batch's set in commit order: dead letters, then one
+                 commit per main table carrying the checkpoint, each refused when a newer
                  writer epoch owns the table (invariant 7); then COMPLETED(T).
 
 The tables are a :class:`~pipeline.commit.table_set.CommitTables` (commit order and the
@@ -31,8 +31,9 @@ record counter, timings, recovered instants, how far it got -- is an
 :class:`~pipeline.commit.inflight_batch.InFlightBatch`, never state on the coordinator.
 
 Invariants this code keeps (each has a test)
-  * The main-table commit is the only point where a batch becomes visible, and it happens
-    at most once per (incarnation, batch id): every path to it checks the table first.
+  * A main table's commit is the only point where a batch becomes visible in it, and it
+    happens at most once per (incarnation, batch id): every path to it checks the table
+    first.
   * A crash leaves the table at the previous commit plus at most one pending instant,
     and the next run's recovery finishes or removes it before anything new is written.
   * Rollback never deletes a file the table references: an instant found in the table is
@@ -69,17 +70,15 @@ from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.recovery import Recovery
 from pipeline.commit.table_ranges import consumed_ranges
-from pipeline.commit.table_set import COMMIT_ORDER, CommitTables
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import (
     DEAD_LETTER,
-    MAIN,
     BatchOutcome,
     DataLossFn,
     Outcome,
     RecordCounter,
     RereadFn,
     StagedBatch,
-    TableCommitter,
     WriteFn,
 )
 from pipeline.errors import CommitError
@@ -87,24 +86,17 @@ from pipeline.errors import CommitError
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-#: The fault point after each table's commit in the sequence (hit also when the set has
-#: no such table or the batch nothing for it).
-AFTER_COMMIT_TO = {
-    DEAD_LETTER: FaultPoint.AFTER_DEAD_LETTER_COMMIT,
-    MAIN: FaultPoint.AFTER_COMMIT,
-}
-
 
 class Coordinator:
-    """Commits Spark batches exactly once into a set of tables (a main table and a
-    dead-letter table). Start-up recovery is a :class:`~pipeline.commit.recovery.Recovery`
-    it composes and hands its commit operator (:meth:`_commit`)."""
+    """Commits Spark batches exactly once into a set of tables (its main tables and a
+    dead-letter table, :class:`~pipeline.commit.table_set.CommitTables`). Start-up
+    recovery is a :class:`~pipeline.commit.recovery.Recovery` it composes and hands its
+    commit operator (:meth:`_commit`)."""
 
     def __init__(
         self,
         pipeline_id: str,
-        main: TableCommitter,
-        dead_letter: TableCommitter | None = None,
+        tables: CommitTables,
         *,
         timeline: InstantTimeline,
         epoch: int = 0,
@@ -114,7 +106,7 @@ class Coordinator:
         on_gap: OnGap = "fail",
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.tables = CommitTables(main, dead_letter)
+        self.tables = tables
         self.timeline = timeline
         self.epoch = epoch
         self.on_overlap = on_overlap
@@ -147,10 +139,10 @@ class Coordinator:
     def check_epoch(self) -> None:
         """Refuse to go on when a newer writer took over (journal or table); a newer epoch
         seen on a cached view of the table is confirmed on a fresh read first."""
-        main = self.tables.main
-        table = main.latest_epoch(self.pipeline_id) or 0
+        tables = self.tables
+        table = tables.main_epoch(self.pipeline_id)
         if table > self.epoch:
-            table = self._fresh(lambda: main.latest_epoch(self.pipeline_id) or 0)
+            table = self._fresh(lambda: tables.main_epoch(self.pipeline_id))
         check_fence(self.pipeline_id, self.epoch, max([table, *self.timeline.epochs()]))
 
     def _fresh(self, read: Callable[[], _T]) -> _T:
@@ -165,11 +157,11 @@ class Coordinator:
         """The table's committed offsets this batch continues from. A cached view serves
         only the all-clear (the batch starts exactly there): a first batch, a gap or an
         overlap reads the table fresh before anything is decided on it."""
-        main = self.tables.main
-        previous = main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        tables = self.tables
+        previous = tables.committed_offsets(self.pipeline_id) or PartitionOffsets()
         if not starts_exactly_at(start, end, previous):
             previous = self._fresh(
-                lambda: main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+                lambda: tables.committed_offsets(self.pipeline_id) or PartitionOffsets()
             )
         return previous
 
@@ -195,9 +187,9 @@ class Coordinator:
             if recommitted is not None:
                 return recommitted
         batch.lap("recovery")
-        main = self.tables.main
-        if main.is_committed(identity, end) and self._fresh(  # operator 2
-            lambda: main.is_committed(identity, end)
+        tables = self.tables
+        if tables.is_committed(identity, end) and self._fresh(  # operator 2
+            lambda: tables.is_committed(identity, end)
         ):
             log.info("batch %d of %s already committed: replay skipped", batch_id, incarnation)
             return BatchOutcome(batch_id, Outcome.REPLAY_SKIPPED, recovered=batch.recovered)
@@ -248,8 +240,7 @@ class Coordinator:
         were lost: re-read its ranges and commit them under its own batch identity, so
         ``_commit`` skips the dead letters (already there) and any later batch finds the
         main table at its end (docs/design.md invariant 4)."""
-        main = self.tables.main
-        if main.is_committed(lost.batch, lost.end):
+        if self.tables.is_committed(lost.batch, lost.end):
             return
         end = lost.end
         if reread is None or end is None:
@@ -258,7 +249,7 @@ class Coordinator:
                 "ranges cannot be re-read here; nothing committed"
             )
         start = PartitionOffsets({tp: lost.ranges.get(tp, (e, e))[0] for tp, e in end.items()})
-        previous = main.committed_offsets(self.pipeline_id) or PartitionOffsets()
+        previous = self.tables.committed_offsets(self.pipeline_id) or PartitionOffsets()
         repair = InFlightBatch(lost.batch, start, end, batch.count)
         instant = self._request(repair)
         staged = reread(start, end)(staged_write_id(self.pipeline_id, instant), previous)
@@ -308,7 +299,7 @@ class Coordinator:
         committed = previous.updated(
             {tp: max(off, previous.get(tp, off)) for tp, off in end.items()}
         )
-        files = [self._staged(MAIN, d) for d in staged.data_files]
+        files = [self._staged(*self.tables.route(d)) for d in staged.data_files]
         files += [self._staged(DEAD_LETTER, d) for d in staged.dead_letter_files]
         inflight = Inflight(
             time=batch.instant,
@@ -355,22 +346,31 @@ class Coordinator:
         the main table's commit carrying the checkpoint last; then COMPLETED(T)."""
         t0 = time.monotonic()
         checkpoint = self._checkpoint(inf)
-        for name in COMMIT_ORDER:
-            table = self.tables.get(name)
-            if table is not None and self.tables.needs_commit(inf, name):
+        if self.tables.get(DEAD_LETTER) is None:  # its point is hit whatever the set holds
+            self.faults.hit(FaultPoint.AFTER_DEAD_LETTER_COMMIT, batch_id)
+        for name, table in self.tables:
+            if self.tables.needs_commit(inf, name):
                 table.commit([f.descriptor for f in inf.files_of(name)], checkpoint)
                 if batch is not None:
                     batch.committed_to.append(name)
-            self.faults.hit(AFTER_COMMIT_TO[name], batch_id)
+            self.faults.hit(self._after_commit_to(name), batch_id)
         self.timeline.complete(inf.time)
         self.faults.hit(FaultPoint.AFTER_COMMIT_BEFORE_CHECKPOINT, batch_id)
         return BatchOutcome.of_commit(batch_id, inf, checkpoint.epoch, time.monotonic() - t0)
 
+    def _after_commit_to(self, name: str) -> FaultPoint:
+        """The fault point after table ``name``'s commit (hit also when the batch had
+        nothing for it): the last main table's is the end of the commit."""
+        if name == DEAD_LETTER:
+            return FaultPoint.AFTER_DEAD_LETTER_COMMIT
+        if name == self.tables.last():
+            return FaultPoint.AFTER_COMMIT
+        return FaultPoint.BETWEEN_TABLE_COMMITS
+
 
 def make_coordinator(
     pipeline_id: str,
-    main: TableCommitter,
-    dead_letter: TableCommitter | None = None,
+    tables: CommitTables,
     *,
     timeline: InstantTimeline | None = None,
     epoch: int = 0,
@@ -383,11 +383,10 @@ def make_coordinator(
     at-least-once baseline (no journal, no fencing, no dedupe: ``on_overlap``,
     ``on_gap``, ``faults`` and ``data_loss`` are the exactly-once path's)."""
     if timeline is None:
-        return AtLeastOnceCoordinator(pipeline_id, main, dead_letter)
+        return AtLeastOnceCoordinator(pipeline_id, tables)
     return Coordinator(
         pipeline_id,
-        main,
-        dead_letter,
+        tables,
         timeline=timeline,
         epoch=epoch,
         on_overlap=on_overlap,

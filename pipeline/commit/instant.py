@@ -124,7 +124,7 @@ class Requested:
 class StagedFile:
     """One file a worker staged: enough to check it survived and to commit it."""
 
-    table: str  # "main" | "dead_letter"
+    table: str  # the name of its table in the set (``main``, ``dead_letter``, ...)
     path: str
     size: int
     records: int

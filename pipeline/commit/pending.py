@@ -5,9 +5,8 @@ import-linter contract in ``pyproject.toml``); the coordinator composes a ``Reco
 and never decides about pending instants itself.
 
 Invariant (docs/design.md invariant 4): a rollback never deletes a file a table
-references -- an instant whose dead letters are committed keeps them, a partly committed
-multi-table main keeps its files (the roll-forward rule of
-:class:`~pipeline.commit.table_set.CommitTables`).
+references -- each table of the set that holds the instant's batch keeps its files (the
+roll-forward rule of :class:`~pipeline.commit.table_set.CommitTables`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from pipeline.commit.faults import FaultPoint, FaultPoints
 from pipeline.commit.instant import Instant, InstantState, staged_write_id
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.table_set import CommitTables
-from pipeline.commit.types import DEAD_LETTER, MAIN
+from pipeline.commit.types import DEAD_LETTER
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +38,8 @@ class PendingInstants:
         self.faults = faults
 
     def partly_committed(self, inst: Instant) -> bool:
-        """Some table already references the instant's files (dead letters, or one of
-        several main tables): it must be finished, never rolled back."""
+        """Some table of the set already references the instant's files: it must be
+        finished, never rolled back."""
         b = inst.batch
         return b is not None and self.tables.holds_any(b, inst.end, inst.inflight)
 
@@ -67,17 +66,29 @@ class PendingInstants:
         tables in reverse commit order."""
         deleted: list[str] = []
         listed = inst.inflight.files if inst.inflight is not None else ()
-        keep_dead = self.dead_letters_committed(inst)
-        if keep_dead:
+        b = inst.batch
+        if self.dead_letters_committed(inst):
+            # its main rows are (being) committed by a repair under another instant: the
+            # main tables' state of this one goes, the dead letters stay
+            kept = [DEAD_LETTER]
             log.warning(
                 "instant %s: its dead letters are committed; rolling back the rest only",
                 inst.time,
             )
-        keep_main = not keep_dead and self.partly_committed(inst)  # a multi-table main
-        if keep_main:
-            log.error("instant %s: partly committed but files lost; keeping its files", inst.time)
+        else:  # main tables holding the batch although files were lost: keep theirs
+            kept = [
+                name
+                for name, _ in self.tables.mains()
+                if b is not None and self.tables.holds(name, b, inst.end, inst.inflight)
+            ]
+            if kept:
+                log.error(
+                    "instant %s: committed to %s but files lost; keeping their files",
+                    inst.time,
+                    ", ".join(kept),
+                )
         for name, table in self.tables.main_first():
-            if (name == DEAD_LETTER and keep_dead) or (name == MAIN and keep_main):
+            if name in kept:
                 continue
             paths = [f.path for f in listed if f.table == name]
             first, rest = paths[:1], paths[1:]

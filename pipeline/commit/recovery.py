@@ -3,7 +3,7 @@
 The first batch of a run finishes every pending instant an earlier run left in the
 journal before anything new is written (docs/design.md invariant 4):
 
-  * already in the table                          → marked COMPLETED (only the marker was
+  * already in every main table                   → marked COMPLETED (only the marker was
                                                     missing);
   * partly committed (dead letters, or one of several main tables) and intact
                                                   → RECOMMITTED (rolled forward), whatever
@@ -20,6 +20,10 @@ journal before anything new is written (docs/design.md invariant 4):
                                                     still pending and repaired again);
   * anything else                                 → ROLLED BACK: listed and orphaned files
                                                     deleted, then the rollback recorded.
+
+Each pending instant is first read as the set names its files
+(:meth:`CommitTables.upgraded <pipeline.commit.table_set.CommitTables.upgraded>`: an
+INFLIGHT an earlier release wrote lists several main tables' files under ``main``).
 
 The coordinator composes a :class:`Recovery` and hands it its commit operator; the checks
 on a pending instant and the rollback live in :mod:`pipeline.commit.pending`, which only
@@ -65,7 +69,7 @@ class Recovery:
         commit: CommitFn,
     ) -> None:
         self.pipeline_id = pipeline_id
-        self.main = tables.main
+        self.tables = tables
         self.timeline = timeline
         self._commit = commit
         self._pending = PendingInstants(pipeline_id, tables, timeline, faults)
@@ -84,12 +88,12 @@ class Recovery:
         recommitted: BatchOutcome | None = None
         replayed = BatchIdentity(self.pipeline_id, incarnation, batch_id)
         pending = self._pending
-        for inst in self.timeline.pending():
+        for inst in map(self.tables.upgraded, self.timeline.pending()):
             b = inst.batch
             if (
                 b is not None
                 and b.pipeline_id == self.pipeline_id
-                and self.main.is_committed(b, inst.end)
+                and self.tables.is_committed(b, inst.end)
             ):
                 self.timeline.complete(inst.time)  # committed; only the marker was missing
                 done.append((inst.time, Recovered.COMPLETED))

@@ -1,71 +1,106 @@
 """The tables one batch commits to: :class:`CommitTables`, an ordered mapping of table
 name -> :class:`~pipeline.commit.types.TableCommitter`.
 
-Today a pipeline's set is its main table and, when configured, its dead-letter table
-(``both`` is one main committer over an Iceberg and a Hudi table,
-:mod:`pipeline.formats.both`). The names are the ones the journal's staged-file lists
-carry (``main``, ``dead_letter``), so an instant's files find their table again.
+A pipeline's set is its dead-letter table (when configured) and its main tables: one
+(``main``), or several that each take every row of the batch (``both``: an Iceberg table
+named ``main`` and a Hudi table, :mod:`pipeline.formats.both`). The names are the ones the
+journal's staged-file lists carry, so an instant's files find their table again.
 
 Rules of the set (docs/design.md invariants 3 and 4)
-  * Commit order is fixed: :data:`COMMIT_ORDER`, the main table last -- its commit is the
-    one point where a batch becomes visible.
+  * Commit order is fixed: dead letters first, then the main tables in their order. Each
+    main table's commit carries the checkpoint; the batch is done when all of them hold it
+    (:meth:`CommitTables.is_committed`), and the pipeline stands where the one furthest
+    behind stands (:meth:`CommitTables.committed_offsets`).
   * A batch committed to ANY table of the set is finished, never rolled back
     (:meth:`CommitTables.holds_any`): rolling it back would delete files a table
     references. Rollback undoes the tables in reverse commit order.
+  * A main-table file as the workers return it is routed to its table by the set's
+    :class:`StagedRoute`; an INFLIGHT journaled before a set had several main tables lists
+    them all under ``main`` in that form, and :meth:`CommitTables.upgraded` routes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
-from pipeline.commit.instant import BatchIdentity, Inflight
+from pipeline.commit.instant import BatchIdentity, Inflight, Instant
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.types import DEAD_LETTER, MAIN, TableCommitter
 
-__all__ = ["COMMIT_ORDER", "CommitTables"]
+__all__ = ["CommitTables", "StagedRoute", "one_main"]
 
-#: The order in which a batch's tables commit: dead letters first, the main table last.
-COMMIT_ORDER: tuple[str, ...] = (DEAD_LETTER, MAIN)
+
+class StagedRoute(Protocol):
+    """A main-table file descriptor as a worker returns it -> (the name of its table, the
+    descriptor that table reads). Total: a descriptor already routed maps to itself."""
+
+    def __call__(self, descriptor: bytes) -> tuple[str, bytes]: ...
+
+
+def one_main(descriptor: bytes) -> tuple[str, bytes]:
+    """The route of a set with one main table: every main file is its own."""
+    return MAIN, descriptor
 
 
 class CommitTables:
-    """A pipeline's tables by name, iterated in :data:`COMMIT_ORDER`."""
+    """A pipeline's tables by name, iterated in commit order."""
 
-    def __init__(self, main: TableCommitter, dead_letter: TableCommitter | None = None) -> None:
-        given = {MAIN: main, DEAD_LETTER: dead_letter}
-        self._tables: dict[str, TableCommitter] = {
-            name: t for name in COMMIT_ORDER if (t := given[name]) is not None
-        }
+    def __init__(
+        self,
+        main: TableCommitter,
+        dead_letter: TableCommitter | None = None,
+        *,
+        more_mains: Sequence[tuple[str, TableCommitter]] = (),
+        route: StagedRoute = one_main,
+    ) -> None:
+        mains = [(MAIN, main), *more_mains]
+        names = [name for name, _ in mains]
+        if DEAD_LETTER in names or len(set(names)) != len(names):
+            raise ValueError(f"main tables need distinct names other than {DEAD_LETTER!r}")
+        self._mains = tuple(names)
+        self._tables: dict[str, TableCommitter] = {}
+        if dead_letter is not None:
+            self._tables[DEAD_LETTER] = dead_letter
+        self._tables.update(mains)
+        self.route = route
 
     @property
     def main(self) -> TableCommitter:
+        """The first main table (``both``: the Iceberg one)."""
         return self._tables[MAIN]
 
     def get(self, name: str) -> TableCommitter | None:
         return self._tables.get(name)
 
+    def is_main(self, name: str) -> bool:
+        return name in self._mains
+
     def __iter__(self) -> Iterator[tuple[str, TableCommitter]]:
         """``(name, table)`` in commit order."""
         return iter(self._tables.items())
 
+    def mains(self) -> Iterator[tuple[str, TableCommitter]]:
+        """``(name, table)`` of the main tables, in commit order."""
+        return ((name, self._tables[name]) for name in self._mains)
+
     def main_first(self) -> Iterator[tuple[str, TableCommitter]]:
-        """``(name, table)`` in reverse commit order: rollback undoes the main table
+        """``(name, table)`` in reverse commit order: rollback undoes the main tables
         first; begin, fence and refresh keep that order too."""
         return reversed(list(self._tables.items()))
 
-    def commits_to(self, inflight: Inflight, name: str) -> bool:
-        """Whether the batch of ``inflight`` commits to table ``name``: the main table
-        always (its commit carries the checkpoint), any other one when it lists files."""
-        return name in self._tables and (name == MAIN or bool(inflight.files_of(name)))
+    def last(self) -> str:
+        """The name of the table committed last."""
+        return self._mains[-1]
 
-    def needs_commit(self, inflight: Inflight, name: str) -> bool:
-        """Whether the commit sequence commits ``inflight`` to table ``name``: the main
-        table always (its commit is idempotent per batch), another one when it lists
-        files and does not hold them yet (a repair re-runs the sequence after them)."""
-        table = self._tables.get(name)
-        if table is None or not self.commits_to(inflight, name):
+    # -- which tables a batch touches -----------------------------------------------------
+    def _listed(self, name: str, inflight: Inflight | None) -> bool:
+        """A main table takes part in every batch (its commit carries the checkpoint);
+        another one when the precommit ``inflight`` lists files for it."""
+        if name not in self._tables:
             return False
-        return name == MAIN or not table.is_committed(inflight.batch, inflight.end)
+        return self.is_main(name) or (inflight is not None and bool(inflight.files_of(name)))
 
     def holds(
         self,
@@ -74,26 +109,68 @@ class CommitTables:
         end: PartitionOffsets | None,
         inflight: Inflight | None,
     ) -> bool:
-        """Whether table ``name`` holds ``batch`` (a table other than the main one only
-        when the precommit ``inflight`` lists files for it)."""
-        table = self._tables.get(name)
-        if table is None or (name != MAIN and (inflight is None or not inflight.files_of(name))):
+        """Whether table ``name`` takes part in ``batch`` and holds it."""
+        return self._listed(name, inflight) and self._tables[name].is_committed(batch, end)
+
+    def needs_commit(self, inflight: Inflight, name: str) -> bool:
+        """Whether the commit sequence commits ``inflight`` to table ``name``: a main
+        table always (its commit is idempotent per batch), another one when it lists
+        files and does not hold them yet (a repair re-runs the sequence after them)."""
+        if not self._listed(name, inflight):
             return False
-        return table.is_committed(batch, end)
+        return self.is_main(name) or not self.holds(name, inflight.batch, inflight.end, inflight)
 
     def holds_any(
         self, batch: BatchIdentity, end: PartitionOffsets | None, inflight: Inflight | None
     ) -> bool:
-        """The roll-forward rule: some table of the set (or, for a main committer over
-        several tables, one of those: ``any_committed``) holds ``batch``, so its instant
+        """The roll-forward rule: some table of the set holds ``batch``, so its instant
         is finished, never rolled back."""
-        return any(
-            table.any_committed(batch, end)
-            if name == MAIN
-            else self.holds(name, batch, end, inflight)
-            for name, table in self
+        return any(self.holds(name, batch, end, inflight) for name in self._tables)
+
+    def upgraded(self, inst: Instant) -> Instant:
+        """``inst`` with its main-table files routed to their tables (a no-op for an
+        INFLIGHT written since the set routes them, and for one main table)."""
+        inf = inst.inflight
+        if inf is None:
+            return inst
+        files = []
+        for f in inf.files:
+            if f.table == MAIN:
+                table, descriptor = self.route(f.descriptor)
+                f = dataclasses.replace(f, table=table, descriptor=descriptor)
+            files.append(f)
+        return dataclasses.replace(inst, inflight=dataclasses.replace(inf, files=tuple(files)))
+
+    # -- what the main tables hold --------------------------------------------------------
+    def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
+        """Every main table holds ``batch``: it is done."""
+        return all(t.is_committed(batch, end) for _, t in self.mains())
+
+    def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
+        """Where the pipeline stands: per partition, the main table furthest behind (the
+        tables commit in order, so a later one is never ahead)."""
+        found = [o for _, t in self.mains() if (o := t.committed_offsets(pipeline_id))]
+        if len(found) <= 1:
+            return found[0] if found else None
+        first, rest = found[0], found[1:]
+        return PartitionOffsets(
+            {tp: min([off, *(o.get(tp, off) for o in rest)]) for tp, off in first.items()}
         )
 
+    def last_commit_time(self, pipeline_id: str) -> float | None:
+        """The newest of the main tables' last commit times of the pipeline."""
+        times = [t for _, m in self.mains() if (t := m.last_commit_time(pipeline_id)) is not None]
+        return max(times) if times else None
+
+    def main_epoch(self, pipeline_id: str) -> int:
+        """The newest writer epoch a main table records (0: none)."""
+        return max(t.latest_epoch(pipeline_id) or 0 for _, t in self.mains())
+
+    def latest_epoch(self, pipeline_id: str) -> int:
+        """The newest writer epoch any table of the set records (0: none)."""
+        return max((t.latest_epoch(pipeline_id) or 0 for _, t in self), default=0)
+
+    # -- every table ------------------------------------------------------------------------
     def refresh(self) -> None:
         """Drop every cached view: the next reads are fresh (docs/design.md invariant 14)."""
         for _, table in self.main_first():
@@ -106,7 +183,3 @@ class CommitTables:
     def fence(self, pipeline_id: str, epoch: int, *, create: bool) -> None:
         for _, table in self.main_first():
             table.fence(pipeline_id, epoch, create=create)
-
-    def latest_epoch(self, pipeline_id: str) -> int:
-        """The newest writer epoch any table of the set records (0: none)."""
-        return max((t.latest_epoch(pipeline_id) or 0 for _, t in self), default=0)

@@ -17,7 +17,8 @@ from pipeline.commit.checkpoint import CommitCheckpoint
 from pipeline.commit.instant import BatchIdentity, Inflight
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 
-# the two tables of a pipeline, as named in the journal's staged-file lists
+# a pipeline's (first) main table and its dead-letter table, as named in the journal's
+# staged-file lists
 MAIN, DEAD_LETTER = "main", "dead_letter"
 
 
@@ -78,12 +79,6 @@ class TableCommitter(Protocol):
         """Whether (pipeline, incarnation, batch) is committed -- with the same planned end
         offsets when given: a checkpoint restored from a backup reuses batch ids for other
         ranges, and such a batch must not be mistaken for the committed one."""
-        ...
-
-    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        """Whether some table behind this committer holds the batch: the same as
-        ``is_committed`` for one table; for several (both formats) true as soon as one
-        committed it, so a partly committed instant is finished, never rolled back."""
         ...
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None: ...
@@ -149,7 +144,7 @@ class BatchOutcome:
     committed: PartitionOffsets = field(default_factory=PartitionOffsets)
     timings: dict[str, float] = field(default_factory=dict)
     recovered: list[tuple[str, Recovered]] = field(default_factory=list)  # (instant, action)
-    bytes: int = 0  # main-table data-file bytes committed by this batch
+    bytes: int = 0  # main tables' data-file bytes committed by this batch
     dead_letter_files: int = 0
     dead_letter_bytes: int = 0
     data_loss: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
@@ -160,7 +155,8 @@ class BatchOutcome:
     @classmethod
     def of_commit(cls, batch_id: int, inf: Inflight, epoch: int, seconds: float) -> BatchOutcome:
         """The outcome of committing the precommitted ``inf`` (in ``seconds``)."""
-        main_files, dead_files = inf.files_of(MAIN), inf.files_of(DEAD_LETTER)
+        dead_files = inf.files_of(DEAD_LETTER)
+        main_files = [f for f in inf.files if f.table != DEAD_LETTER]
         return cls(
             batch_id,
             Outcome.COMMITTED,

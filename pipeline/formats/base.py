@@ -6,8 +6,8 @@ configured format name. Everything a caller needs to know about a format goes th
 this protocol:
 
 * :meth:`TableFormat.open_tables` -- the pipeline's tables for the driver
-  (:class:`PipelineTables`: main and dead-letter committers, the decoded columns' Spark
-  DDL, the instant timeline, the workers' task plan);
+  (:class:`PipelineTables`: the set of main and dead-letter committers a batch commits
+  to, the decoded columns' Spark DDL, the instant timeline, the workers' task plan);
 * :meth:`TableFormat.writable_paths` -- the local directories preflight checks;
 * :meth:`TableFormat.table_sets` -- where each main table and its dead letters are, for
   readers that work without the writer's code (``ingest verify``, drills, benchmarks);
@@ -32,7 +32,8 @@ from pipeline.commit.faults import FaultPoints
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.commit.types import StagedBatch, TableCommitter
+from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import StagedBatch
 from pipeline.config import PipelineConfig
 from pipeline.spark.writer import TaskPlan
 
@@ -115,11 +116,9 @@ class TableStatus:
 class PipelineTables(Protocol):
     """A pipeline's opened tables (``IcebergTables``, ``HudiTables``, ``DualTables``)."""
 
-    @property
-    def main(self) -> TableCommitter: ...
-
-    @property
-    def dead_letter(self) -> TableCommitter | None: ...
+    def commit_tables(self) -> CommitTables:
+        """The tables a batch commits to: the main table(s) and the dead-letter table."""
+        ...
 
     @property
     def data_ddl(self) -> str: ...  # Spark DDL of the decoded (non-Kafka) columns

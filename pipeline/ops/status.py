@@ -42,7 +42,7 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
     if len(statuses) == 1:
         print_offsets_and_lag(cfg, last[0].committed_offsets, console)
         return
-    committed = tables.main.committed_offsets(cfg.id)
+    committed = tables.commit_tables().committed_offsets(cfg.id)
     if committed:
         print_offsets_and_lag(cfg, committed, console, title="committed offsets (both tables)")
 

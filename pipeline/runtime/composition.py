@@ -82,15 +82,15 @@ def compose(given: PipelineConfig, spark: SparkSession | None = None) -> Pipelin
     check_locally(cfg, spark)
     faults = FaultPoints(cfg.commit.faults)  # config, else INGEST_FAULT
     tables = fmt.open_tables(cfg, faults)
-    source = SourceSettings(cfg, tables.main)
+    committers = tables.commit_tables()
+    source = SourceSettings(cfg, committers)
     needs = tables.spark_needs if isinstance(tables, WritesBatches) else None
     session = SparkHandle(cfg, source.reader, spark, needs)
     stats, observers = RunStats(), Observers()
     timeline = tables.timeline(cfg.id) if cfg.commit.mode == "exactly-once" else None
     coordinator = make_coordinator(
         cfg.id,
-        tables.main,
-        tables.dead_letter,
+        committers,
         timeline=timeline,
         on_overlap=cfg.commit.on_overlap,
         faults=faults,
@@ -100,7 +100,7 @@ def compose(given: PipelineConfig, spark: SparkSession | None = None) -> Pipelin
     telemetry = Telemetry(
         cfg,
         format_name=fmt.name,
-        tables=tables,
+        tables=committers,
         timeline=timeline,
         coordinator=coordinator,
         observers=observers,

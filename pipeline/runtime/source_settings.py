@@ -8,7 +8,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
-from pipeline.commit.types import StagedBatch, TableCommitter
+from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import StagedBatch
 from pipeline.config import PipelineConfig
 from pipeline.errors import PipelineError
 
@@ -19,9 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class SourceSettings:
-    def __init__(self, cfg: PipelineConfig, main: TableCommitter) -> None:
+    def __init__(self, cfg: PipelineConfig, tables: CommitTables) -> None:
         self.cfg = cfg
-        self.main = main
+        self.tables = tables
         self.starting_offsets: str | None = None  # the running query's startingOffsets
         self._reader: SourceReader | None = None
 
@@ -117,8 +118,8 @@ class SourceSettings:
             return json.dumps(s.starting_offsets)
         if s.starting_offsets != "table":
             return self._pinned(s.starting_offsets)
-        self.main.refresh()  # where reading starts: a fresh read (docs/design.md invariant 14)
-        committed = self.main.committed_offsets(self.cfg.id)
+        self.tables.refresh()  # where reading starts: a fresh read (docs/design.md invariant 14)
+        committed = self.tables.committed_offsets(self.cfg.id)
         if committed:
             log.info("resuming from the table's committed offsets %s", committed.to_json())
             return committed.to_json()  # partitions not listed start at earliest

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.protocol import BatchCoordinator
+from pipeline.commit.table_set import CommitTables
 from pipeline.config import PipelineConfig
-from pipeline.formats.base import PipelineTables
 from pipeline.observe.base import Observers, PipelineObserver, RunInfo
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class Telemetry:
         cfg: PipelineConfig,
         *,
         format_name: str,
-        tables: PipelineTables,
+        tables: CommitTables,
         timeline: InstantTimeline | None,
         coordinator: BatchCoordinator,
         observers: Observers,
@@ -46,11 +46,10 @@ class Telemetry:
 
     def run_info(self, query: StreamingQuery | None = None) -> RunInfo:
         """The pipeline's committed state as its main table(s) hold it (any format)."""
-        main = self.tables.main
         return RunInfo(
             self.cfg.id,
-            committed=main.committed_offsets(self.cfg.id) or {},
-            last_commit_time=main.last_commit_time(self.cfg.id),
+            committed=self.tables.committed_offsets(self.cfg.id) or {},
+            last_commit_time=self.tables.last_commit_time(self.cfg.id),
             epoch=self.coordinator.epoch,
             query=query,
         )

@@ -16,6 +16,7 @@ from pipeline.commit.journal import (
 )
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.protocol import BatchCoordinator
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import BatchOutcome
 from pipeline.storage.local import LocalJournalStore
 from support.memtable import FakeKafka, FakeWorkers, MemTable, Rec
@@ -69,8 +70,7 @@ class Env:
         writer epoch acquired (and the tables fenced with it)."""
         c = Coordinator(
             PIPE,
-            self.main,
-            self.dl,
+            CommitTables(self.main, self.dl),
             timeline=self.timeline(),
             on_overlap=on_overlap,
             faults=FaultPoints(faults),

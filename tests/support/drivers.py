@@ -17,6 +17,7 @@ import yaml
 
 from lab.generator import GeneratorSpec, event_schema_fields, produce
 from pipeline.commit.checkpoint import DATA_LOSS_KEY
+from pipeline.commit.types import DEAD_LETTER
 from pipeline.config import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -191,12 +192,13 @@ def iceberg_table_coords(warehouse: Path, identifier: str) -> Counter[Coord]:
 
 def coords(pipeline: Any) -> Counter[Coord]:
     """(topic, partition, offset) over a pipeline's main and dead-letter Iceberg tables."""
-    return iceberg_coords(pipeline.tables.main, pipeline.tables.dead_letter)
+    tables = pipeline.tables.commit_tables()
+    return iceberg_coords(tables.main, tables.get(DEAD_LETTER))
 
 
 def recorded_data_loss(pipeline: Any) -> list[Any]:
     """The data-loss skips recorded in the main Iceberg table's snapshot summaries."""
-    table = pipeline.tables.main.table()
+    table = pipeline.tables.commit_tables().main.table()
     assert table is not None
     return [
         json.loads(s.summary.additional_properties[DATA_LOSS_KEY])

@@ -199,14 +199,6 @@ class MemTable:
                 is not None
             )
 
-    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        """One table: the same as ``is_committed`` (no scheduling point of its own)."""
-        with self._lock:
-            return (
-                self._find_batch(batch.pipeline_id, batch.incarnation, batch.batch_id, end)
-                is not None
-            )
-
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         self._at("committed_offsets")
         with self._lock:

@@ -30,8 +30,7 @@ class _Table:
 def _tables(result: OrphanResult) -> Any:
     timeline = SimpleNamespace(pending=lambda: [])
     return SimpleNamespace(
-        main=None,
-        dead_letter=None,
+        commit_tables=lambda: [],  # no table: the cleanup iterates none
         timeline=lambda _: timeline,
         journal_pipelines=lambda: [],
         maintenance=lambda: [_Table(result)],

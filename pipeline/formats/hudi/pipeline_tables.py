@@ -30,6 +30,7 @@ from pipeline.columns import (
 from pipeline.columns.evolution import Change
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
+from pipeline.commit.table_set import CommitTables
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.formats.hudi.committer import HudiCommitter
@@ -120,6 +121,9 @@ class HudiTables:
         """Nothing to write now: the next commit carries the new schema (the table's
         schema is the newest commit's), so the planned changes are what it applies."""
         return self.main.hudi.schema_changes()
+
+    def commit_tables(self) -> CommitTables:
+        return CommitTables(self.main, self.dead_letter)
 
     def maintenance(self) -> list[TableMaintenance]:
         """Compaction and orphan cleanup of the main table, then the dead-letter table."""

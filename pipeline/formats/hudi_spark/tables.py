@@ -27,6 +27,7 @@ from pipeline.commit.instant import next_instant_time
 from pipeline.commit.journal import InstantTimeline, JournalStore
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
+from pipeline.commit.table_set import CommitTables
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.formats.hudi.layout import META_DIR, PROPERTIES, TablePaths, parse_properties
@@ -203,6 +204,9 @@ class HudiSparkTables:
         return sorted(n for n in names if not n.startswith("."))
 
     # -- what this writer leaves to Hudi -----------------------------------------------------
+
+    def commit_tables(self) -> CommitTables:
+        return CommitTables(self.main, self.dead_letter)
 
     def maintenance(self) -> list[TableMaintenance]:
         return []  # Hudi's own table services run inline, with Hudi's defaults

@@ -25,6 +25,7 @@ from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.table_set import CommitTables
 from pipeline.config import PipelineConfig
 from pipeline.formats.iceberg.catalog import load_catalog
 from pipeline.formats.iceberg.catalog_table import IcebergTable
@@ -103,10 +104,6 @@ class IcebergCommitter:
 
     def is_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
         return self.iceberg.is_committed(batch.pipeline_id, batch.incarnation, batch.batch_id, end)
-
-    def any_committed(self, batch: BatchIdentity, end: PartitionOffsets | None = None) -> bool:
-        """One table: the same as :meth:`is_committed`."""
-        return self.is_committed(batch, end)
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
         cp = self.iceberg.latest_checkpoint(pipeline_id)
@@ -197,6 +194,9 @@ class IcebergTables:
     def evolve_schema(self) -> list[Change]:
         """Apply them in one catalog commit; the changes applied."""
         return self.main.iceberg.evolve_schema()
+
+    def commit_tables(self) -> CommitTables:
+        return CommitTables(self.main, self.dead_letter)
 
     def maintenance(self) -> list[TableMaintenance]:
         """Compaction and orphan cleanup of the main table, then the dead-letter table."""

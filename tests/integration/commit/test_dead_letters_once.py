@@ -174,8 +174,7 @@ class Rig:
         epoch acquired."""
         c = Coordinator(
             PIPE,
-            tables.main,
-            tables.dead_letter,
+            tables.commit_tables(),
             timeline=tables.timeline(PIPE),
             faults=FaultPoints(faults),
         )

@@ -28,6 +28,7 @@ from support.kafka_fixtures import KafkaTestBroker
 
 from lab.generator import GeneratorSpec, produce
 from pipeline.app import Pipeline
+from pipeline.commit.types import DEAD_LETTER
 from pipeline.config import load_config, parse_config
 
 hudi = pytest.importorskip("hudi")
@@ -56,7 +57,7 @@ def good(results: list[Any], counted: Counter[tuple[str, int, int]]) -> Counter[
 
 
 def _dead_letters(p: Pipeline) -> Counter[tuple[str, int, int]]:
-    return iceberg_coords(p.tables.dead_letter)
+    return iceberg_coords(p.tables.commit_tables().get(DEAD_LETTER))
 
 
 def test_one_query_two_tables_exactly_once(

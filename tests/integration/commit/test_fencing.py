@@ -27,6 +27,7 @@ from support.pg_fixtures import require_postgres_uri
 from lab.generator import GeneratorSpec, produce
 from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import PartitionStats, StagedBatch
 from pipeline.config import parse_config
 from pipeline.errors import FencedError
@@ -120,13 +121,15 @@ def test_zombie_loaded_before_fence_commits_after_it_is_refused(
 
     zombie_sinks = IcebergTables.from_config(cfg)
     racing = _RacingCommitter(zombie_sinks.main.iceberg)
-    zombie = Coordinator(cfg.id, racing, None, timeline=zombie_sinks.timeline(cfg.id))
+    zombie = Coordinator(cfg.id, CommitTables(racing), timeline=zombie_sinks.timeline(cfg.id))
     zombie.acquire_epoch("zombie")
     out = zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
     assert out.outcome == "committed"
 
     owner_sinks = IcebergTables.from_config(cfg)
-    owner = Coordinator(cfg.id, owner_sinks.main, None, timeline=owner_sinks.timeline(cfg.id))
+    owner = Coordinator(
+        cfg.id, CommitTables(owner_sinks.main), timeline=owner_sinks.timeline(cfg.id)
+    )
     racing.between = lambda: owner.acquire_epoch("owner")
     start, end = PartitionOffsets({TP: 100}), PartitionOffsets({TP: 250})
     with pytest.raises(FencedError, match="epoch"):
@@ -243,11 +246,13 @@ def test_paused_writer_whose_batch_a_newer_writer_recommitted_is_fenced(tmp_path
     inc = "incarnation-1"
     zombie_sinks = IcebergTables.from_config(cfg)
     racing = _RacingCommitter(zombie_sinks.main.iceberg)
-    zombie = Coordinator(cfg.id, racing, None, timeline=zombie_sinks.timeline(cfg.id))
+    zombie = Coordinator(cfg.id, CommitTables(racing), timeline=zombie_sinks.timeline(cfg.id))
     zombie.acquire_epoch("zombie")
     zombie.run_batch(inc, 0, None, PartitionOffsets({TP: 100}), _writer(zombie_sinks, 0, 100))
     owner_sinks = IcebergTables.from_config(cfg)
-    owner = Coordinator(cfg.id, owner_sinks.main, None, timeline=owner_sinks.timeline(cfg.id))
+    owner = Coordinator(
+        cfg.id, CommitTables(owner_sinks.main), timeline=owner_sinks.timeline(cfg.id)
+    )
     start, end = PartitionOffsets({TP: 100}), PartitionOffsets({TP: 250})
     recomputed: list[int] = []
 

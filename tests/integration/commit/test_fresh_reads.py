@@ -31,6 +31,7 @@ from integration.formats.iceberg.test_iceberg_adapter import (
 from pipeline.commit.coordinator import Coordinator
 from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import Outcome, PartitionStats, StagedBatch
 from pipeline.formats.iceberg.catalog import load_catalog
 from pipeline.formats.iceberg.catalog_table import IcebergTable
@@ -128,7 +129,7 @@ def _writer(
 
 def _coordinator(sink: IcebergTable, tmp_path: Path) -> Coordinator:
     journal = InstantTimeline(LocalJournalStore(str(tmp_path / "journal")))
-    coordinator = Coordinator("p1", IcebergCommitter(sink), timeline=journal)
+    coordinator = Coordinator("p1", CommitTables(IcebergCommitter(sink)), timeline=journal)
     coordinator.acquire_epoch()
     return coordinator
 

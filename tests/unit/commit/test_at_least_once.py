@@ -14,6 +14,7 @@ from support.commit_env import (
 
 from pipeline.commit.at_least_once import AtLeastOnceCoordinator
 from pipeline.commit.coordinator import Coordinator, make_coordinator
+from pipeline.commit.table_set import CommitTables
 
 # ---------------------------------------------------------------------------------------
 # At-least-once baseline and instant times
@@ -21,7 +22,7 @@ from pipeline.commit.coordinator import Coordinator, make_coordinator
 
 
 def test_at_least_once_mode_appends_without_journal_or_fencing(env: Env) -> None:
-    c = make_coordinator(PIPE, env.main, env.dl, timeline=None)
+    c = make_coordinator(PIPE, CommitTables(env.main, env.dl), timeline=None)
     assert isinstance(c, AtLeastOnceCoordinator) and not c.exactly_once
     for k in range(3):
         out = env.batch(c, k)
@@ -38,4 +39,6 @@ def test_at_least_once_mode_appends_without_journal_or_fencing(env: Env) -> None
     env.run(c, Y, 0, None, E[2], earliest=True)
     assert env.main.rows() == sorted(env.kafka.good(E[2]) * 2)
     # with a journal: the exactly-once coordinator
-    assert isinstance(make_coordinator(PIPE, env.main, timeline=env.timeline()), Coordinator)
+    assert isinstance(
+        make_coordinator(PIPE, CommitTables(env.main), timeline=env.timeline()), Coordinator
+    )

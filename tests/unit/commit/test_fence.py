@@ -37,6 +37,7 @@ from pipeline.commit.journal import (
     InstantTimeline,
     JournalStore,
 )
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import BatchOutcome
 from pipeline.errors import FencedError
 from pipeline.storage.local import LocalJournalStore
@@ -130,7 +131,7 @@ def test_racing_drivers_get_distinct_epochs_and_the_older_is_fenced(env: Env) ->
     result: dict[str, int | BaseException] = {}
 
     def start(name: str) -> None:
-        c = Coordinator(PIPE, env.main, env.dl, timeline=env.timeline())
+        c = Coordinator(PIPE, CommitTables(env.main, env.dl), timeline=env.timeline())
         barrier.wait()
         try:
             result[name] = c.acquire_epoch(owner=name)
@@ -335,7 +336,7 @@ class TwoWriters:
         self.wa = FakeWorkers(self.kafka, self.main, self.dl, files_per_partition)
         self.wb = FakeWorkers(self.kafka, self.main, self.dl, files_per_partition)
         self.b_incarnation = b_incarnation
-        self.a = Coordinator(PIPE, self.main, self.dl, timeline=self.timeline())
+        self.a = Coordinator(PIPE, CommitTables(self.main, self.dl), timeline=self.timeline())
         self.a.acquire_epoch(owner="A")
         self.first = 0
         if table_exists:
@@ -357,7 +358,7 @@ class TwoWriters:
         self._batch(self.a, self.wa, X, self.first)
 
     def actor_b(self) -> None:
-        self.b = b = Coordinator(PIPE, self.main, self.dl, timeline=self.timeline())
+        self.b = b = Coordinator(PIPE, CommitTables(self.main, self.dl), timeline=self.timeline())
         b.acquire_epoch(owner="B")
         if self.b_incarnation == X:  # driver failover: same checkpoint, Spark replays
             self._batch(b, self.wb, X, self.first)
@@ -419,7 +420,7 @@ class TwoWriters:
             if len(self.wa.calls) != calls:
                 out.append("the zombie's next batch ran its workers")
         # a later restart recovers whatever the zombie left pending
-        c = Coordinator(PIPE, self.main, self.dl, timeline=self.timeline())
+        c = Coordinator(PIPE, CommitTables(self.main, self.dl), timeline=self.timeline())
         c.acquire_epoch(owner="C")
         inc, k = (X, self.final) if self.b_incarnation == X else (Y, 1)
         start = E[self.final - 1]

@@ -37,6 +37,7 @@ from pipeline.commit.journal import (
     InstantTimeline,
 )
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
+from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import BatchOutcome
 from pipeline.storage.local import LocalJournalStore
 
@@ -294,7 +295,9 @@ def test_rollback_spares_files_of_another_pipeline_sharing_the_table(
 
     def driver(pid: str, faults: str = "") -> Coordinator:
         store = LocalJournalStore(str(tmp_path / pid))
-        c = Coordinator(pid, main, dl, timeline=InstantTimeline(store), faults=FaultPoints(faults))
+        c = Coordinator(
+            pid, CommitTables(main, dl), timeline=InstantTimeline(store), faults=FaultPoints(faults)
+        )
         c.acquire_epoch()
         return c
 

@@ -98,7 +98,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     ),
     "decode/registry/wire.py": (IT + "decode/test_registry_avro.py", "the Confluent wire format"),
     "formats/base.py": (IT + "commit/test_dead_letters_once.py", "the TableFormat protocol"),
-    "formats/both.py": (IT + "commit/test_dual_pipeline.py", "Iceberg and Hudi together"),
     "formats/orphans.py": (
         "tests/unit/test_maintenance_scheduler.py",
         "the orphan rules every format's cleanup applies",

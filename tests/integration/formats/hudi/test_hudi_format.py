@@ -727,8 +727,7 @@ class MiniSpark:
         """One driver run (dies at the armed fault like a killed process would)."""
         c = Coordinator(
             PIPE,
-            sinks.main,
-            sinks.dead_letter,
+            sinks.commit_tables(),
             timeline=sinks.timeline(PIPE),
             faults=FaultPoints(faults),
         )

@@ -62,10 +62,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "config/source.py": ("tests/unit/config/test_loading.py", "models validated via parse_config"),
     "decode/arrow.py": (IT + "decode/test_decode_engines.py", "held equal to Spark's from_json"),
     "decode/arrow_types.py": (IT + "decode/test_decode_engines.py", "the arrow engine's types"),
-    "decode/json_values.py": (
-        IT + "decode/test_decode_engines.py",
-        "the per-record path, compared with both engines",
-    ),
     "decode/spark.py": (IT + "decode/test_decode_engines.py", "Spark's from_json engine"),
     "decode/unknown_fields.py": (
         IT + "decode/test_nested_payloads.py",

@@ -46,10 +46,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/test_maintenance_scheduler.py",
         "the maintenance vocabulary the scheduler runs",
     ),
-    "commit/pending.py": (
-        "tests/unit/commit/test_recovery.py",
-        "recovery's decisions on a pending instant (reached only through recovery)",
-    ),
     "commit/protocol.py": (
         "tests/unit/commit/test_table_set.py",
         "the coordinators' Protocol: types only",

@@ -168,7 +168,8 @@ def test_decimal_refuses_values_beyond_its_precision_or_not_numbers(raw: Any) ->
 def test_binary_is_strict_base64() -> None:
     assert _value(Primitive("binary"), "aGVsbG8=") == b"hello"
     assert _value(Primitive("binary"), "") == b""
-    for raw in ("not base64!", "aGVsbG8", 5, ["aGk="]):
+    # characters outside the alphabet are refused, not skipped
+    for raw in ("not base64!", "aGVsbG8", "aG k=", "aGk=!", 5, ["aGk="]):
         assert _problem(Primitive("binary"), raw) == _wrong_type("v", "binary")
 
 

@@ -8,7 +8,8 @@ to ``ingest`` through the ``ingest.commands`` entry points (``pipeline/cli/plugi
 - :mod:`~lab.broker`, :mod:`~lab.cluster`, :mod:`~lab.pgcluster`, :mod:`~lab.objectstore`,
   :mod:`~lab.registry`: launchers of real test services (Apache Kafka, a Spark standalone
   cluster, PostgreSQL, SeaweedFS, a Schema Registry) and :mod:`~lab.ports`
-- :mod:`~lab.generator`, :mod:`~lab.avro_events`, :mod:`~lab.protobuf_events`: events
+- :mod:`~lab.events` (the generated events), :mod:`~lab.generator` (producing them to
+  Kafka), :mod:`~lab.avro_events`, :mod:`~lab.protobuf_events`: events
 - :mod:`~lab.demo`: ``ingest demo``
 - :mod:`~lab.drill`: ``ingest drill``, the failover drills (they start and kill their own
   brokers, producers and pipelines)

@@ -1,7 +1,7 @@
 """The generator's events as Avro in the Confluent wire format (``ingest produce --format
 avro``, ``ingest demo --format avro``, the registry tests and the decode bench).
 
-:func:`event_avro_schema` is :func:`~lab.generator.event_schema_fields` as an Avro
+:func:`event_avro_schema` is :func:`~lab.events.event_schema_fields` as an Avro
 record (optional fields a union with null, default null; ``ts`` a ``timestamp-micros``);
 :class:`AvroEventEncoder` registers it under the topic's subject (``<topic>-value``) and
 turns a generated JSON event into magic byte + schema id + Avro binary. Malformed records of
@@ -17,7 +17,7 @@ from typing import Any
 
 import fastavro
 
-from lab.generator import event_schema_fields
+from lab.events import event_schema_fields
 
 __all__ = ["AvroEventEncoder", "event_avro_schema"]
 

@@ -32,7 +32,7 @@ from pipeline.preflight import check_writable
 
 def _decode(registry_url: str | None) -> dict[str, Any]:
     """JSON events with the generator's schema, or Avro ones whose schema the registry has."""
-    from lab.generator import event_schema_fields
+    from lab.events import event_schema_fields
 
     if registry_url is not None:
         return {"format": "avro", "registry": {"url": registry_url}}

@@ -1,7 +1,7 @@
 """The generator's events as Protobuf in the Confluent wire format (``ingest produce --format
 protobuf`` and the registry tests).
 
-:func:`event_proto_schema` is :func:`~lab.generator.event_schema_fields` as a
+:func:`event_proto_schema` is :func:`~lab.events.event_schema_fields` as a
 proto3 message (optional fields ``optional``; ``ts`` a ``google.protobuf.Timestamp``);
 :class:`ProtobufEventEncoder` registers it under the topic's subject (``<topic>-value``) as
 ``.proto`` text and turns a generated JSON event into magic byte + schema id + message index
@@ -17,7 +17,7 @@ from typing import Any
 
 from google.protobuf import message_factory
 
-from lab.generator import event_schema_fields
+from lab.events import event_schema_fields
 
 __all__ = ["ProtobufEventEncoder", "event_proto_schema"]
 

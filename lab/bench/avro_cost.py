@@ -83,7 +83,7 @@ def _cpu_per_million(decoder: Any, values: list[bytes], label: str) -> float:
 def avro_cost(records: int, work: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from lab.generator import GeneratorSpec, event_schema_fields, generate_events
+    from lab.events import GeneratorSpec, event_schema_fields, generate_events
     from lab.registry import start_registry
     from pipeline.config import DecodeConfig
     from pipeline.decode.arrow import ArrowDecoder

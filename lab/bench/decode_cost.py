@@ -151,7 +151,7 @@ def _measure(name: str, fields: list[dict[str, Any]], values: list[bytes]) -> di
 
 def decode_cost(records: int, say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The section's report: one entry per data set (see the module docstring)."""
-    from lab.generator import GeneratorSpec, event_schema_fields, generate_events
+    from lab.events import GeneratorSpec, event_schema_fields, generate_events
 
     sets: list[tuple[str, list[dict[str, Any]], list[bytes]]] = []
     for label, payload in (("flat ~270 B", 0), ("flat ~1.2 KB", 940)):

@@ -233,7 +233,7 @@ def _measure(ctx: Context, ds: Dataset, batch: int, bpr: float) -> dict[str, Any
 
 def _one_size(ctx: Context, payload_bytes: int, records: int, parts: int) -> dict[str, Any]:
     """One record size at one partition count: data set, raw ceiling, runs, fit."""
-    from lab.bench.sections import raw_ceiling  # the section, on this data set
+    from lab.bench.raw_ceiling import raw_ceiling  # the section, on this data set
 
     plan = ctx.preset.fixed
     ctx.say(

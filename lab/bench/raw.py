@@ -38,7 +38,7 @@ FLUSH_ROWS = 100_000
 
 def _table_schemas(payload: bool = False) -> tuple[pa.Schema, pa.Schema]:
     """(Arrow schema of the decoded JSON fields, Arrow schema of the written file)."""
-    from lab.generator import event_schema_fields
+    from lab.events import event_schema_fields
     from pipeline.formats.iceberg.schema import FieldSpec, arrow_schema, build_schema
 
     schema = build_schema([FieldSpec(**f) for f in event_schema_fields(payload=payload)])

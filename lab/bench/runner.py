@@ -26,10 +26,14 @@ from typing import Any
 import psutil
 from rich.console import Console
 
-from lab.bench import sections
+from lab.bench.context import Context
 from lab.bench.dataset import BenchBroker, produce_dataset
+from lab.bench.derived import commit_latency, cpu_per_record, overhead
+from lab.bench.memory import memory
 from lab.bench.presets import PRESETS, Preset
+from lab.bench.raw_ceiling import raw_ceiling
 from lab.bench.report import print_summary, write_charts, write_json
+from lab.bench.throughput import throughput
 from pipeline.errors import PipelineError
 
 SECTIONS = (
@@ -246,22 +250,22 @@ def run_bench(
                 "payload_bytes": ds.payload_bytes,
                 "produce_seconds": round(ds.produce_seconds, 2),
             }
-            ctx = sections.Context(broker, ds, preset, work, say)
+            ctx = Context(broker, ds, preset, work, say)
         else:
             from lab.bench.dataset import Dataset
 
-            ctx = sections.Context(broker, Dataset("", 0, 0, 0.0), preset, work, say)
+            ctx = Context(broker, Dataset("", 0, 0, 0.0), preset, work, say)
         if "raw" in groups:
             say("raw ceiling: one consumer process → Arrow → zstd Parquet")
-            raw = sections.raw_ceiling(ctx)
+            raw = raw_ceiling(ctx)
             say(f"  {raw['records_per_s']:,.0f} records/s, {raw['mb_per_s']} MB/s")
             report["raw_ceiling"] = raw
         if "throughput" in groups:
-            report["throughput"] = sections.throughput(ctx)
-            report["exactly_once_overhead"] = sections.overhead(ctx)
-            report["cpu_per_record"] = sections.cpu_per_record(ctx)
+            report["throughput"] = throughput(ctx)
+            report["exactly_once_overhead"] = overhead(ctx)
+            report["cpu_per_record"] = cpu_per_record(ctx)
         if "memory" in groups:
-            report["memory"] = sections.memory(ctx)
+            report["memory"] = memory(ctx)
         if "fixed" in groups:
             from lab.bench.fixed import fixed_cost
 
@@ -277,11 +281,13 @@ def run_bench(
             if name in groups:
                 report[name] = section.run(broker, preset.name, opts.records, work / name, say)
         if "freshness" in groups:
-            fresh, recovery = sections.freshness_and_recovery(ctx)
+            from lab.bench.freshness import freshness_and_recovery
+
+            fresh, recovery = freshness_and_recovery(ctx)
             report["freshness"] = fresh
             report["recovery"] = recovery
         if ctx.eo_batches:
-            report["commit_latency"] = sections.commit_latency(ctx)
+            report["commit_latency"] = commit_latency(ctx)
         if "growth" in groups:
             from lab.bench import commits  # pyarrow and the app: only when asked
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.generator import event_schema_fields
+from lab.events import event_schema_fields
 from pipeline.formats.registry import format_named
 
 FORMATS = ("iceberg", "hudi")

@@ -32,7 +32,7 @@ def drill_config(
     Registry (``decode.format: avro``, the subject's latest version). The kill, zombie and
     standby drills run with background compaction (:data:`compactions.DRILL_COMPACTION`)
     and background orphan cleanup (:data:`compactions.DRILL_ORPHANS`)."""
-    from lab.generator import event_schema_fields
+    from lab.events import event_schema_fields
 
     sink: dict[str, Any] = {"table": "drill.events", "format": spec.table_format}
     lake = f"s3://{s3.new_bucket('drill')}" if s3 is not None else str(workdir)

@@ -178,7 +178,7 @@ def table_schema(payload: bool) -> Any:
     from pyiceberg.schema import Schema
     from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-    from lab.generator import event_schema_fields
+    from lab.events import event_schema_fields
     from pipeline.formats.iceberg.schema import parse_type
 
     fields = [

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lab.generator import event_schema_fields
+from lab.events import event_schema_fields
 from lab.peers import hudi_read, iceberg_read
 from lab.peers.model import Launch, PeerJob, Progress, delete_tree
 from pipeline import jvm

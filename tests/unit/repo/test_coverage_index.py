@@ -46,10 +46,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
         "tests/unit/test_maintenance_scheduler.py",
         "the maintenance vocabulary the scheduler runs",
     ),
-    "commit/pending.py": (
-        "tests/unit/commit/test_recovery.py",
-        "recovery's decisions on a pending instant (reached only through recovery)",
-    ),
     "commit/protocol.py": (
         "tests/unit/commit/test_table_set.py",
         "the coordinators' Protocol: types only",
@@ -62,10 +58,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "config/source.py": ("tests/unit/config/test_loading.py", "models validated via parse_config"),
     "decode/arrow.py": (IT + "decode/test_decode_engines.py", "held equal to Spark's from_json"),
     "decode/arrow_types.py": (IT + "decode/test_decode_engines.py", "the arrow engine's types"),
-    "decode/json_values.py": (
-        IT + "decode/test_decode_engines.py",
-        "the per-record path, compared with both engines",
-    ),
     "decode/spark.py": (IT + "decode/test_decode_engines.py", "Spark's from_json engine"),
     "decode/unknown_fields.py": (
         IT + "decode/test_nested_payloads.py",

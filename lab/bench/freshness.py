@@ -202,7 +202,7 @@ def freshness_and_recovery(ctx: Context) -> tuple[dict[str, Any], dict[str, Any]
             if driver is not None and driver.alive():
                 driver.kill()
     pipe = Pipeline(parse_config(cfg))
-    iceberg: Any = pipe.tables.main  # an Iceberg run: its pyiceberg table
+    iceberg: Any = pipe.tables.commit_tables().main  # an Iceberg run: its pyiceberg table
     table = iceberg.table()
     values, snapshots = freshness_from_table(table, cfg["id"], (window_start, t_kill))
     if values.size == 0:

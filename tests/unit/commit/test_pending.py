@@ -400,3 +400,69 @@ def test_the_rollback_fault_point_is_armed_per_batch(world: World) -> None:
     world.pending("during-rollback:raise@4").roll_back(inst, 3)  # another batch: no fault
     assert world.timeline.instant(TIME).state is InstantState.ROLLED_BACK
     assert world.rolled_back() == _paths(main_files)
+
+
+# ---------------------------------------------------------------------------------------
+# a set of two main tables (``both``: Iceberg, then Hudi)
+# ---------------------------------------------------------------------------------------
+
+SECOND = "second"
+
+
+class TwoMains(World):
+    """The world's tables plus a second main table, committed after the first."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.second = RecordingTable(SECOND, self.events)
+        self.tables = CommitTables(self.main, self.dl, more_mains=[(SECOND, self.second)])
+
+
+def test_a_batch_only_the_second_main_table_holds_is_partly_committed(tmp_path: Path) -> None:
+    world = TwoMains(tmp_path)
+    second_files = world.stage(world.second, 1)
+    inst = world.inflight(world.stage(world.main, 1) + second_files)
+    assert not world.pending().partly_committed(inst)
+    world.commit(world.second, second_files)
+    assert world.pending().partly_committed(inst)
+    assert not world.pending().dead_letters_committed(inst)
+
+
+def test_rollback_keeps_the_main_table_that_holds_the_batch_and_undoes_the_other(
+    tmp_path: Path,
+) -> None:
+    world = TwoMains(tmp_path)
+    main_files, second_files = world.stage(world.main, 2), world.stage(world.second, 2)
+    dl_files = world.stage(world.dl, 1)
+    inst = world.inflight(main_files + second_files + dl_files)
+    world.commit(world.main, main_files)
+    world.pending().roll_back(inst, 3)
+
+    assert sorted(world.main.physical) == _paths(main_files) and world.main.aborted == []
+    assert world.second.physical == {} and world.second.aborted == [TIME]
+    assert world.dl.physical == {} and world.dl.aborted == [TIME]
+    assert world.rolled_back() == sorted(_paths(second_files) + _paths(dl_files))
+    # reverse commit order: the second main table, then dead letters
+    assert [e[0] for e in world.events if e[1] == "abort"] == [SECOND, DEAD_LETTER]
+
+
+def test_rollback_after_a_repair_keeps_dead_letters_and_undoes_every_main_table(
+    tmp_path: Path,
+) -> None:
+    """Dead letters committed, main files lost: the repair commits the main rows under
+    another instant, so this instant's state goes from every main table, even one that
+    holds the batch by then."""
+    world = TwoMains(tmp_path)
+    main_files, second_files = world.stage(world.main, 1), world.stage(world.second, 1)
+    dl_files = world.stage(world.dl, 1)
+    inst = world.inflight(main_files + second_files + dl_files)
+    world.commit(world.dl, dl_files)
+    repaired = world.stage(world.main, 1, write_id="20300101000000001-repair")
+    world.commit(world.main, repaired)  # the repair's own files
+    world.pending().roll_back(inst, 3)
+
+    assert sorted(world.dl.physical) == _paths(dl_files) and world.dl.aborted == []
+    assert sorted(world.main.physical) == _paths(repaired)
+    assert (world.main.aborted, world.second.aborted) == ([TIME], [TIME])
+    assert world.second.physical == {}
+    assert world.rolled_back() == sorted(_paths(main_files) + _paths(second_files))

@@ -141,6 +141,12 @@ def _names(files: Iterable[StagedFile]) -> tuple[str, ...]:
     return tuple(f.path.rsplit("/", 1)[-1] for f in files)
 
 
+def _decided(world: World, inst: Instant) -> tuple[bool, bool]:
+    """(partly committed, dead letters committed) as recovery reads ``inst``."""
+    p = world.pending()
+    return p.partly_committed(inst), p.dead_letters_committed(inst)
+
+
 def _paths(files: Iterable[StagedFile]) -> list[str]:
     return sorted(f.path for f in files)
 
@@ -159,9 +165,7 @@ def test_an_instant_no_table_holds_is_neither_partly_committed_nor_dead_letters(
     world: World,
 ) -> None:
     inst = world.inflight(world.stage(world.main, 2) + world.stage(world.dl, 1))
-    p = world.pending()
-    assert not p.partly_committed(inst)
-    assert not p.dead_letters_committed(inst)
+    assert _decided(world, inst) == (False, False)
 
 
 def test_a_requested_instant_is_partly_committed_once_the_main_table_holds_its_batch(
@@ -169,17 +173,14 @@ def test_a_requested_instant_is_partly_committed_once_the_main_table_holds_its_b
 ) -> None:
     inst = world.requested()
     world.commit(world.main, world.stage(world.main, 1))
-    assert world.pending().partly_committed(inst)
-    assert not world.pending().dead_letters_committed(inst)
+    assert _decided(world, inst) == (True, False)
 
 
 def test_committed_dead_letters_make_an_instant_partly_committed(world: World) -> None:
     main_files, dl_files = world.stage(world.main, 2), world.stage(world.dl, 1)
     inst = world.inflight(main_files + dl_files)
     world.commit(world.dl, dl_files)
-    p = world.pending()
-    assert p.dead_letters_committed(inst)
-    assert p.partly_committed(inst)
+    assert _decided(world, inst) == (True, True)
 
 
 def test_the_dead_letter_table_counts_only_when_the_precommit_lists_files_for_it(
@@ -189,12 +190,9 @@ def test_the_dead_letter_table_counts_only_when_the_precommit_lists_files_for_it
     # (a REQUESTED instant lists nothing; an INFLIGHT one only main files)
     world.commit(world.dl, world.stage(world.dl, 1))
     requested = world.requested()
-    p = world.pending()
-    assert not p.dead_letters_committed(requested)
-    assert not p.partly_committed(requested)
+    assert _decided(world, requested) == (False, False)
     inst = world.inflight(world.stage(world.main, 1))
-    assert not p.dead_letters_committed(inst)
-    assert not p.partly_committed(inst)
+    assert _decided(world, inst) == (False, False)
 
 
 def test_a_batch_committed_with_another_planned_end_is_another_batch(world: World) -> None:
@@ -204,9 +202,7 @@ def test_a_batch_committed_with_another_planned_end_is_another_batch(world: Worl
     other_end = PartitionOffsets({T0: 25})
     world.commit(world.main, main_files, end=other_end)
     world.commit(world.dl, dl_files, end=other_end)
-    p = world.pending()
-    assert not p.partly_committed(inst)
-    assert not p.dead_letters_committed(inst)
+    assert _decided(world, inst) == (False, False)
 
 
 def test_without_a_dead_letter_table_nothing_counts_as_committed_dead_letters(
@@ -214,20 +210,16 @@ def test_without_a_dead_letter_table_nothing_counts_as_committed_dead_letters(
 ) -> None:
     world = World(tmp_path, dead_letter=False)
     inst = world.inflight(world.stage(world.main, 1) + world.stage(world.dl, 1))
-    p = world.pending()
-    assert not p.dead_letters_committed(inst)
-    assert not p.partly_committed(inst)
+    assert _decided(world, inst) == (False, False)
     world.commit(world.main, [])
-    assert p.partly_committed(inst)
+    assert _decided(world, inst) == (True, False)
 
 
 def test_an_instant_without_a_batch_is_never_committed(world: World) -> None:
     world.commit(world.main, world.stage(world.main, 1))
     bare = Instant(TIME, InstantState.REQUESTED)
     assert bare.batch is None
-    p = world.pending()
-    assert not p.partly_committed(bare)
-    assert not p.dead_letters_committed(bare)
+    assert _decided(world, bare) == (False, False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -337,34 +329,24 @@ def test_rollback_records_only_the_files_it_deleted(world: World) -> None:
     assert world.rolled_back() == _paths(main_files[1:])
 
 
-def test_rollback_keeps_dead_letters_already_committed(world: World) -> None:
-    main_files, dl_files = world.stage(world.main, 2), world.stage(world.dl, 2)
-    inst = world.inflight(main_files + dl_files)
-    world.commit(world.dl, dl_files)
+@pytest.mark.parametrize("committed", [DEAD_LETTER, MAIN])
+def test_rollback_keeps_the_files_of_the_table_that_holds_the_batch(
+    world: World, committed: str
+) -> None:
+    # invariant 4: that table references them (recovery finishes or repairs such an
+    # instant; a rollback that reaches it anyway must not delete them)
+    tables = {MAIN: world.main, DEAD_LETTER: world.dl}
+    kept, undone = tables.pop(committed), next(iter(tables.values()))
+    files = {MAIN: world.stage(world.main, 2), DEAD_LETTER: world.stage(world.dl, 2)}
+    inst = world.inflight(files[MAIN] + files[DEAD_LETTER])
+    world.commit(kept, files[committed])
     world.pending().roll_back(inst, 3)
 
-    assert sorted(world.dl.physical) == _paths(dl_files)
-    assert world.dl.dangling() == []
-    assert world.main.physical == {}
-    assert world.rolled_back() == _paths(main_files)
-    assert (world.main.aborted, world.dl.aborted) == ([TIME], [])
-    assert not [e for e in world.events if e[0] == DEAD_LETTER]
+    assert sorted(kept.physical) == _paths(files[committed]) and kept.dangling() == []
+    assert kept.aborted == [] and not [e for e in world.events if e[0] == committed]
+    assert undone.physical == {} and undone.aborted == [TIME]
+    assert world.rolled_back() == _paths(files[undone.name])
     assert world.timeline.instant(TIME).state is InstantState.ROLLED_BACK
-
-
-def test_rollback_keeps_the_files_of_a_main_table_that_holds_the_batch(world: World) -> None:
-    # invariant 4: the main table references them (recovery finishes such an instant; a
-    # rollback that reaches it anyway must not delete them)
-    main_files, dl_files = world.stage(world.main, 2), world.stage(world.dl, 1)
-    inst = world.inflight(main_files + dl_files)
-    world.commit(world.main, main_files)
-    world.pending().roll_back(inst, 3)
-
-    assert sorted(world.main.physical) == _paths(main_files)
-    assert world.main.dangling() == []
-    assert world.main.aborted == []
-    assert world.dl.physical == {} and world.dl.aborted == [TIME]
-    assert world.rolled_back() == _paths(dl_files)
 
 
 def test_rollback_without_a_dead_letter_table(tmp_path: Path) -> None:
@@ -424,8 +406,7 @@ def test_a_batch_only_the_second_main_table_holds_is_partly_committed(tmp_path: 
     inst = world.inflight(world.stage(world.main, 1) + second_files)
     assert not world.pending().partly_committed(inst)
     world.commit(world.second, second_files)
-    assert world.pending().partly_committed(inst)
-    assert not world.pending().dead_letters_committed(inst)
+    assert _decided(world, inst) == (True, False)
 
 
 def test_rollback_keeps_the_main_table_that_holds_the_batch_and_undoes_the_other(

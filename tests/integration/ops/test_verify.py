@@ -527,7 +527,6 @@ def test_status_after_a_data_loss_stop(
     """``ingest status`` on ``sink.format: both``: stopped, the stop's error line (kept
     next to the checkpoint by ``Pipeline.run``), the journal from the Hudi timeline (where
     ``both`` journals), and per partition the records already below the log start."""
-    from pipeline.commit.faults import FaultPoints
     from pipeline.errors import find_pipeline_error
     from pipeline.formats.both import DualTables
 
@@ -552,7 +551,7 @@ def test_status_after_a_data_loss_stop(
     text = capsys.readouterr().out
     assert f"pipeline {lake.cfg.id}: STOPPED" in text, text
     assert f"last error: {line}" in text
-    epochs = DualTables.from_config(lake.cfg, FaultPoints("")).timeline(lake.cfg.id).epochs()
+    epochs = DualTables.from_config(lake.cfg).timeline(lake.cfg.id).epochs()
     assert epochs and f"writer epoch: {epochs[-1]}" in text  # the Hudi-side journal
     assert "table db.events:" in text and "Hudi table" in text
     # each table's live data files and their average size (small files: ingest compact)

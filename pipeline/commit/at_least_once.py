@@ -1,9 +1,10 @@
 """The at-least-once baseline (``commit.mode: at-least-once``; benchmark baseline).
 
 Operators, per batch: write (workers stage files), then commit -- dead letters, then
-each main table, every commit carrying the checkpoint. No journal, no writer epoch (no fencing), no
-dedupe, no recovery: a batch Spark replays after a crash is appended again, and a
-checkpoint restarted from earlier offsets appends duplicates (nothing self-corrects).
+each main table, every commit carrying the checkpoint. No journal, no writer epoch (no
+fencing), no dedupe, no recovery: a batch Spark replays after a crash is appended again,
+and a checkpoint restarted from earlier offsets appends duplicates (nothing
+self-corrects).
 
 Invariants it still keeps
   * Each commit carries the consumption checkpoint, so cumulative committed offsets are
@@ -82,17 +83,16 @@ class AtLeastOnceCoordinator:
             dead_letter_records=staged.dead_letter_records,
             batch_end=end,
         )
-        files: dict[str, list[bytes]] = {DEAD_LETTER: list(staged.dead_letter_files)}
-        for descriptor in staged.data_files:
-            name, own = self.tables.route(descriptor)
-            files.setdefault(name, []).append(own)
-        sizes = {name: 0 for name, _ in self.tables}
+        files: dict[str, list[bytes]] = {name: [] for name, _ in self.tables}
+        for name, descriptor in self.tables.staged_files(staged):
+            files.setdefault(name, []).append(descriptor)
+        sizes = dict.fromkeys(files, 0)
         for name, table in self.tables:
             if name == DEAD_LETTER and not files[name]:
-                continue
-            sizes[name] = sum(table.describe(d)[1] for d in files.get(name, []))
-            table.commit(files.get(name, []), checkpoint)
-        dead_files = len(staged.dead_letter_files) if DEAD_LETTER in sizes else 0
+                continue  # the main tables commit every batch: their commit is the checkpoint
+            sizes[name] = sum(table.describe(d)[1] for d in files[name])
+            table.commit(files[name], checkpoint)
+        dead_files = len(files[DEAD_LETTER]) if self.tables.get(DEAD_LETTER) else 0
         return BatchOutcome(
             batch_id,
             Outcome.COMMITTED,

@@ -299,8 +299,7 @@ class Coordinator:
         committed = previous.updated(
             {tp: max(off, previous.get(tp, off)) for tp, off in end.items()}
         )
-        files = [self._staged(*self.tables.route(d)) for d in staged.data_files]
-        files += [self._staged(DEAD_LETTER, d) for d in staged.dead_letter_files]
+        files = [self._staged(name, d) for name, d in self.tables.staged_files(staged)]
         inflight = Inflight(
             time=batch.instant,
             batch=batch.identity,

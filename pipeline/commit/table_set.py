@@ -27,7 +27,7 @@ from typing import Protocol
 
 from pipeline.commit.instant import BatchIdentity, Inflight, Instant
 from pipeline.commit.offsets import PartitionOffsets
-from pipeline.commit.types import DEAD_LETTER, MAIN, TableCommitter
+from pipeline.commit.types import DEAD_LETTER, MAIN, StagedBatch, TableCommitter
 
 __all__ = ["CommitTables", "StagedRoute", "one_main"]
 
@@ -126,6 +126,12 @@ class CommitTables:
         """The roll-forward rule: some table of the set holds ``batch``, so its instant
         is finished, never rolled back."""
         return any(self.holds(name, batch, end, inflight) for name in self._tables)
+
+    def staged_files(self, staged: StagedBatch) -> list[tuple[str, bytes]]:
+        """``(table name, descriptor)`` of every file the workers staged: the main
+        tables' files routed, then the dead letters."""
+        routed = [self.route(d) for d in staged.data_files]
+        return routed + [(DEAD_LETTER, d) for d in staged.dead_letter_files]
 
     def upgraded(self, inst: Instant) -> Instant:
         """``inst`` with its main-table files routed to their tables (a no-op for an

@@ -17,10 +17,15 @@ class CatalogConfig(_Model):
     uri: str | None = None  # default: SQLite file under the warehouse directory
     warehouse: str = "./lake/warehouse"
     properties: dict[str, str] = Field(default_factory=dict)
+    # REST: the deadline of one catalog request; a commit past it is an unknown outcome,
+    # decided on a fresh read of the table before any retry
+    request_timeout_seconds: float = Field(default=30.0, gt=0)
 
     def pyiceberg_properties(self) -> dict[str, str]:
         props = dict(self.properties)
         props["type"] = self.type
+        if self.type == "rest":
+            props.setdefault("request-timeout", f"{self.request_timeout_seconds:g}")
         warehouse = self.warehouse
         if "://" not in warehouse:
             path = Path(warehouse).expanduser().resolve()

@@ -12,6 +12,7 @@ from pyiceberg.catalog import load_catalog as _pyiceberg_load_catalog
 from pyiceberg.exceptions import NoSuchPropertyException, NotInstalledError
 
 from pipeline.errors import CommitError, ConfigError, one_line
+from pipeline.formats.iceberg.rest_catalog import PIPELINE_REST_CATALOG
 
 __all__ = ["load_catalog", "mask_uri"]
 
@@ -39,8 +40,12 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
     ...}``, ``{"type": "rest", "uri": "http://host:8181"}``.
     """
     props = {str(k): str(v) for k, v in properties.items()}
+    if props.get("type") == "rest" and "py-catalog-impl" not in props:
+        # pyiceberg's REST catalog with request deadlines and token renewal (rest_catalog.py)
+        props["py-catalog-impl"] = PIPELINE_REST_CATALOG
+        del props["type"]
     uri = mask_uri(props.get("uri", ""))
-    where = f"catalog {name!r} ({props.get('type', '?')} at {uri or 'no uri'})"
+    where = f"catalog {name!r} ({properties.get('type', '?')} at {uri or 'no uri'})"
     if "uri" in props:
         try:
             _ensure_sqlite_dir(props["uri"])

@@ -72,14 +72,11 @@ def _iceberg_tables(
 ) -> tuple[IcebergSource | None, IcebergSource | None]:
     """The main (``main_id``, TableMissingError when missing; None: not loaded) and the
     dead-letter Iceberg tables."""
-    from pyiceberg.catalog import load_catalog
     from pyiceberg.exceptions import NoSuchTableError
 
-    props = cfg.sink.catalog.pyiceberg_properties()
-    try:
-        catalog = load_catalog(cfg.sink.catalog.name, **props)
-    except Exception as e:
-        raise ConfigError(f"catalog {cfg.sink.catalog.name!r}: {type(e).__name__}: {e}") from e
+    from pipeline.formats.iceberg.catalog import load_catalog
+
+    catalog = load_catalog(cfg.sink.catalog.name, cfg.sink.catalog.pyiceberg_properties())
 
     def load(identifier: str) -> IcebergSource | None:
         try:

@@ -1,6 +1,6 @@
 """Shared fixtures: real Apache Kafka (one node, and three for broker faults), one local
-SparkSession, a SeaweedFS S3 server, a Schema Registry and the independent JVM readers'
-environment.
+SparkSession, a SeaweedFS S3 server, a Schema Registry, an Iceberg REST catalog and the
+independent JVM readers' environment.
 
 Helpers the test modules import live in the ``support`` package (``tests/support/``).
 """
@@ -15,9 +15,11 @@ import pytest
 from support.jvm_readers import reader_paths
 from support.kafka_fixtures import KafkaTestBroker, resolve_kafka_broker, start_cluster
 from support.registry_fixtures import registry_server
+from support.rest_fixtures import rest_catalog_server
 from support.s3_fixtures import S3Server, S3Unavailable, start_seaweedfs
 
 from lab.registry import SchemaRegistryServer
+from lab.rest_catalog import RestCatalogServer
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +77,12 @@ def jvm_reader() -> dict[str, str]:
 def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryServer]:
     """A real Schema Registry (Apicurio, Confluent-compatible API) for the session."""
     yield from registry_server(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: S3Server
+) -> Iterator[RestCatalogServer]:
+    """A real Iceberg REST catalog (JDBC catalog on PostgreSQL, warehouse on SeaweedFS,
+    OAuth2 client credentials) for the session; a test that takes it down restarts it."""
+    yield from rest_catalog_server(tmp_path_factory.mktemp("rest-catalog"), s3_server)

@@ -53,6 +53,23 @@ PURGE_EVERY = 50
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
+@dataclass(frozen=True)
+class CatalogUnderTest:
+    """An Iceberg catalog the commits go through: ``label`` in the report, ``settings``
+    the ``sink.catalog`` block (its name made unique per table, and its warehouse the
+    table's work directory unless it names one)."""
+
+    label: str
+    settings: dict[str, Any]
+
+    def block(self, workdir: Path) -> dict[str, Any]:
+        return {
+            "warehouse": str(workdir / "warehouse"),
+            **self.settings,
+            "name": f"bench_{uuid.uuid4().hex[:8]}",
+        }
+
+
 @dataclass
 class CommitSeries:
     """Per-commit seconds, in commit order (commit 1 first)."""
@@ -96,7 +113,7 @@ def _decoded_rows(first_offset: int, rows: int) -> pa.RecordBatch:
 class _CommitRunner:
     """One fresh table of ``fmt`` driven batch by batch through the real coordinator."""
 
-    def __init__(self, fmt: str, workdir: Path, catalog_uri: str | None) -> None:
+    def __init__(self, fmt: str, workdir: Path, catalog: CatalogUnderTest | None) -> None:
         from pipeline.app import Pipeline
         from pipeline.config import parse_config
 
@@ -106,13 +123,9 @@ class _CommitRunner:
         )
         raw_cfg["metrics"] = {"enabled": False}
         self.catalog = "sqlite"
-        if catalog_uri is not None:
-            raw_cfg["sink"]["catalog"] = {
-                "name": f"bench_{uuid.uuid4().hex[:8]}",
-                "uri": catalog_uri,
-                "warehouse": str(workdir / "warehouse"),
-            }
-            self.catalog = "postgresql"
+        if catalog is not None:
+            raw_cfg["sink"]["catalog"] = catalog.block(workdir)
+            self.catalog = catalog.label
         self.fmt = fmt
         self.pipe = Pipeline(parse_config(raw_cfg))
         if _main_kind(self.pipe.cfg) == "hudi":
@@ -160,7 +173,7 @@ def run_commit_series(
     fmt: str,
     commits: int,
     workdir: Path,
-    catalog_uri: str | None = None,
+    catalog: CatalogUnderTest | None = None,
     on_progress: Callable[[int], None] | None = None,
     control_window: int = 0,
 ) -> tuple[CommitSeries, CommitSeries | None]:
@@ -168,11 +181,11 @@ def run_commit_series(
     and, with ``control_window`` > 0, those of a second fresh table whose first
     ``control_window`` commits alternate with the aged table's last ones (drift control).
     """
-    aged = _CommitRunner(fmt, workdir / "aged", catalog_uri)
+    aged = _CommitRunner(fmt, workdir / "aged", catalog)
     series = CommitSeries(fmt, aged.catalog)
     young: CommitSeries | None = None
     paired_from = commits - control_window if control_window > 0 else commits
-    control = _CommitRunner(fmt, workdir / "young", catalog_uri) if control_window > 0 else None
+    control = _CommitRunner(fmt, workdir / "young", catalog) if control_window > 0 else None
     for i in range(commits):
         if control is not None and i >= paired_from:
             if young is None:
@@ -215,14 +228,14 @@ def _diagnostics(pipe: Any, fmt: str) -> dict[str, int]:
 
 def commit_growth(ctx: Context, postgres_uri: str | None) -> dict[str, Any]:
     p = ctx.preset
-    targets: list[tuple[str, str | None]] = [("iceberg", None), ("hudi", None)]
+    targets: list[tuple[str, CatalogUnderTest | None]] = [("iceberg", None), ("hudi", None)]
     if p.postgres and postgres_uri:
-        targets.append(("iceberg", postgres_uri))
+        targets.append(("iceberg", CatalogUnderTest("postgresql", {"uri": postgres_uri})))
     series_out = []
-    for fmt, uri in targets:
+    for fmt, catalog in targets:
         ctx.say(
             f"commit growth: {p.commits:,} commits to one {fmt} table"
-            + (" (PostgreSQL catalog)" if uri else "")
+            + (" (PostgreSQL catalog)" if catalog else "")
         )
         workdir = ctx.work / ctx.next_name(f"commits-{fmt}")
         t0 = time.monotonic()
@@ -233,7 +246,7 @@ def commit_growth(ctx: Context, postgres_uri: str | None) -> dict[str, Any]:
 
         late_lo = p.late_window[0]
         s, young = run_commit_series(
-            fmt, p.commits, workdir, uri, on_progress=progress,
+            fmt, p.commits, workdir, catalog, on_progress=progress,
             control_window=p.commits - late_lo + 1,
         )  # fmt: skip
         shutil.rmtree(workdir, ignore_errors=True)

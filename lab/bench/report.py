@@ -149,6 +149,12 @@ def print_summary(report: dict[str, Any], console: Console) -> None:
             f"{_fmt(att.get('overhead'), '.1%')} ({_fmt(att.get('protocol_s_per_batch'), '.3f')}"
             f" s of {_fmt(att.get('batch_s'), '.2f')} s per batch); target ≤ 5 %",
         )
+    for row in report.get("catalogs", {}).get("rows", []):
+        t.add_row(
+            f"commit phase, {row['catalog']} catalog",
+            f"p50 {row['commit_p50_ms']} ms",
+            f"p99 {row['commit_p99_ms']} ms over {row['commits']} commits (warehouse on S3)",
+        )
     for fmt, row in report.get("commit_latency", {}).items():
         if isinstance(row, dict) and "commit" in row:
             t.add_row(

@@ -46,6 +46,7 @@ SECTIONS = (
     "freshness",
     "recovery",
     "growth",
+    "catalogs",
     "fixed",
     "decode",
     "peers",
@@ -60,6 +61,7 @@ _NEEDS: dict[str, set[str]] = {
     "raw": {"raw"},
     "memory": {"memory"},
     "growth": {"growth"},
+    "catalogs": {"catalogs"},
     "fixed": {"fixed"},
     "decode": {"decode"},
     "peers": {"peers"},
@@ -294,6 +296,10 @@ def run_bench(
             report["commit_growth"] = commits.commit_growth(
                 ctx, _postgres_uri() if preset.postgres else None
             )
+        if "catalogs" in groups:
+            from lab.bench.catalogs import catalog_commits
+
+            report["catalogs"] = catalog_commits(ctx)
         if opts.profile and needs_data:
             from lab.bench.profile import profile_hot_path
 

@@ -27,7 +27,7 @@ def bench(
         list[str] | None,
         typer.Option(
             help="section (repeatable): raw, throughput, overhead, latency, cpu, "
-            "memory, freshness, recovery, growth, fixed, decode, peers"
+            "memory, freshness, recovery, growth, catalogs, fixed, decode, peers"
         ),
     ] = None,
     records: Annotated[

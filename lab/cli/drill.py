@@ -60,6 +60,14 @@ def drill(
             "per drill; the full matrix runs Hudi's kill and zombie drills on s3 anyway"
         ),
     ] = "local",
+    catalog: Annotated[
+        str,
+        typer.Option(
+            help="sql | rest: the Iceberg tables' catalog; rest starts Iceberg's REST catalog "
+            "server (over PostgreSQL, OAuth2 on, the warehouse on S3) per drill, and "
+            "catalog-outage kills it mid-commit"
+        ),
+    ] = "sql",
     rate: Annotated[float, typer.Option(help="records/s the producer writes", min=0.001)] = 100.0,
     reader: Annotated[
         list[str] | None,
@@ -125,6 +133,8 @@ def drill(
         raise UsageError(f"--matrix {matrix!r}: allowed: fast, full")
     if storage not in ("local", "s3"):
         raise UsageError(f"--storage {storage!r}: allowed: local, s3")
+    if catalog not in ("sql", "rest"):
+        raise UsageError(f"--catalog {catalog!r}: allowed: sql, rest")
     readers = list(dict.fromkeys(reader or ["auto"]))
     bad = [r for r in readers if r not in ("auto", "python", "spark")]
     if bad:
@@ -156,7 +166,13 @@ def drill(
         if fast and kills is not None:
             specs = [dataclasses.replace(s, kills=kills) for s in specs]
         specs = [
-            dataclasses.replace(s, reader=r, hudi_writer=hudi_writer, local_cores=local_cores)
+            dataclasses.replace(
+                s,
+                reader=r,
+                hudi_writer=hudi_writer,
+                local_cores=local_cores,
+                catalog="rest" if catalog == "rest" else "sql",
+            )
             for s in specs
             for r in readers
         ]

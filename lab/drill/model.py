@@ -17,6 +17,7 @@ from pipeline.errors import PipelineError
 
 TableFormat = Literal["iceberg", "hudi", "both"]  # both: the both table format (dual tables)
 Storage = Literal["local", "s3"]
+Catalog = Literal["sql", "rest"]  # an Iceberg drill's catalog: SQLite / PostgreSQL, or REST
 
 
 class DrillTimeout(PipelineError):
@@ -51,6 +52,14 @@ class DrillSpec:
     hudi_writer: str = "native"
     # cores of the local master (local[N,4]) when not on a cluster
     local_cores: int = 2
+    # the Iceberg tables' catalog: sql (SQLite, or PostgreSQL for catalog-outage) or rest
+    # (lab/rest_catalog: Iceberg's REST server over PostgreSQL, the warehouse on S3)
+    catalog: Catalog = "sql"
+
+    @property
+    def on_rest(self) -> bool:
+        """Iceberg tables through a REST catalog (the drill starts one, and S3 for it)."""
+        return self.catalog == "rest" and self.table_format != "hudi"
 
     @property
     def own_maintenance(self) -> bool:
@@ -64,12 +73,15 @@ class DrillSpec:
         ``zombie@s3``: with the tables on S3; ``kill@spark-reader``: read through Spark's
         Kafka source, ``kill@python-reader`` through ours, when chosen explicitly;
         ``kill@spark-writer``: Hudi's table written by Hudi's own Spark writer;
-        ``standby@local1``: Spark's local master with one core)."""
+        ``standby@local1``: Spark's local master with one core; ``kill@rest``: the Iceberg
+        tables through a REST catalog, on S3)."""
         name = self.scenario
         if self.cluster and self.scenario not in CLUSTER_ONLY:
             name += "@cluster"
-        if self.storage == "s3":
+        if self.storage == "s3" and not self.on_rest:
             name += "@s3"
+        if self.on_rest:
+            name += "@rest"
         if self.hudi_writer != "native" and self.table_format == "hudi":
             name += f"@{self.hudi_writer}-writer"
         if self.local_cores != 2 and not self.cluster:

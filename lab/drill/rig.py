@@ -44,6 +44,7 @@ from lab.drill.pipeline_config import drill_config
 from lab.drill.producer import RateProducer
 from lab.objectstore import S3Server
 from lab.registry import SchemaRegistryServer
+from lab.rest_catalog import RestCatalogServer
 from pipeline.commit.offsets import TopicPartition
 from pipeline.config import PipelineConfig, parse_config
 
@@ -63,9 +64,12 @@ class Rig:
         on_status: Callable[[str], None] | None = None,
         overrides: dict[str, Any] | None = None,
         producer_conf: dict[str, str] | None = None,
+        catalog_postgres: str | None = None,
     ) -> None:
         """``overrides``: top-level config sections replacing the drill's (e.g.
-        ``maintenance``); ``producer_conf``: librdkafka settings of the rate producer."""
+        ``maintenance``); ``producer_conf``: librdkafka settings of the rate producer;
+        ``catalog_postgres``: the PostgreSQL a REST catalog (``spec.on_rest``) keeps its
+        tables in (a private cluster the drill may stop)."""
         self.spec = spec
         self.overrides = dict(overrides or {})
         self.producer_conf = producer_conf
@@ -79,6 +83,7 @@ class Rig:
         self.cluster: StandaloneCluster | None = None
         self.s3: S3Server | None = None
         self.registry: SchemaRegistryServer | None = None
+        self.rest: RestCatalogServer | None = None
         self._services = contextlib.ExitStack()  # the Spark cluster, S3 server, Kafka
         try:
             if spec.cluster:
@@ -88,9 +93,13 @@ class Rig:
             if spec.scenario in REGISTRY_SCENARIOS:
                 self.on_status("starting a Schema Registry (Apicurio)")
                 self.registry = self._start_registry(workdir / "registry")
-            if spec.storage == "s3":
+            if spec.storage == "s3" or spec.on_rest:
                 self.on_status("starting an S3 server (SeaweedFS)")
                 self.s3 = self._start_s3(workdir / "s3")
+            if spec.on_rest:
+                self.on_status("starting Iceberg's REST catalog")
+                self.rest = self._start_rest(workdir / "rest-catalog", catalog_postgres)
+                catalog = self.rest.sink_catalog("drill")
             self._setup(spec, workdir, bootstrap, catalog)
         except BaseException:
             self._services.close()
@@ -104,6 +113,22 @@ class Rig:
             server = start_registry(where)
         except EnvironmentProblem as e:
             raise SkipDrill(f"no Schema Registry: {e.message}") from None
+        self._services.callback(server.close)
+        return server
+
+    def _start_rest(self, where: Path, postgres: str | None) -> RestCatalogServer:
+        from lab.rest_catalog import start_rest_catalog
+        from pipeline.errors import EnvironmentProblem
+
+        assert self.s3 is not None
+        if postgres is None:
+            raise SkipDrill("no PostgreSQL for the REST catalog")
+        try:
+            server = start_rest_catalog(
+                where, postgres_uri=postgres, store=self.s3, bucket=self.s3.new_bucket("rest")
+            )
+        except EnvironmentProblem as e:
+            raise SkipDrill(f"no REST catalog: {e.message}") from None
         self._services.callback(server.close)
         return server
 

@@ -143,9 +143,9 @@ def run_one(
     pg = None
     catalog = None
     pg_skip = ""
-    if spec.scenario in CATALOG_ONLY:
+    if spec.scenario in CATALOG_ONLY or spec.on_rest:
         pg, pg_skip = private_pg_cluster()
-        if pg is not None:
+        if pg is not None and not spec.on_rest:  # a REST catalog keeps its tables there
             catalog = {
                 "name": "drill",
                 "uri": pg.sqlalchemy_uri,
@@ -157,7 +157,14 @@ def run_one(
 
     rig: Rig | None = None
     try:
-        rig = Rig(spec, work, opts.bootstrap, catalog, on_status=say)
+        rig = Rig(
+            spec,
+            work,
+            opts.bootstrap,
+            catalog,
+            on_status=say,
+            catalog_postgres=pg.uri if pg is not None else None,
+        )
         rig.extra.update({"pg": pg, "pg_skip": pg_skip})
         with rig:
             stop = threading.Event()

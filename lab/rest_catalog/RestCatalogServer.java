@@ -192,7 +192,26 @@ public class RestCatalogServer {
       }
       return body.toByteArray();
     }
+
+    /**
+     * The status to answer. Iceberg's servlet writes an error's own status and body (a 409
+     * CommitFailedException, a 404 NoSuchTableException), then its adapter throws "Unhandled
+     * error" and the servlet overwrites that status with 500: a REST catalog answers the
+     * error's own code, and clients decide on it (409: refused; 5xx: unknown outcome).
+     */
+    int errorStatus() {
+      int status = getStatus();
+      if (status != 500) {
+        return status;
+      }
+      java.util.regex.Matcher code =
+          ERROR_CODE.matcher(new String(bytes(), StandardCharsets.UTF_8));
+      return code.find() ? Integer.parseInt(code.group(1)) : status;
+    }
   }
+
+  static final Pattern ERROR_CODE =
+      Pattern.compile("\\A\\s*\\{\\s*\"error\"\\s*:\\s*\\{.*?\"code\"\\s*:\\s*(\\d{3})", Pattern.DOTALL);
 
   /** Auth, fault hooks and the request log in front of Iceberg's servlet. */
   static final class Gate extends HttpServlet {
@@ -247,8 +266,12 @@ public class RestCatalogServer {
         return icebergError(resp, 401, "NotAuthorizedException", "Not authorized: no valid bearer token");
       }
       if (fault == null || fault == Fault.EXPIRE_TOKENS) {
-        catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) resp);
-        return resp.getStatus();
+        HeldResponse held = new HeldResponse(resp);
+        catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) held);
+        int status = held.errorStatus();
+        resp.setStatus(status);
+        answer(resp, held);
+        return status;
       }
       disarm(fault);
       if (fault == Fault.HALT_BEFORE_APPLY) {
@@ -256,7 +279,8 @@ public class RestCatalogServer {
       }
       HeldResponse held = new HeldResponse(resp);
       catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) held);
-      int applied = held.getStatus();
+      int applied = held.errorStatus();
+      resp.setStatus(applied);
       switch (fault) {
         case HALT_AFTER_APPLY:
           halt(fault, method, path);

@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -317,7 +318,11 @@ class RestCatalogServer:
             stdin=subprocess.DEVNULL,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            # the kernel's parent-death signal follows the forking *thread*: only the main
+            # thread's children may have it, or a restart from a helper thread dies with it
+            preexec_fn=(
+                _die_with_parent if threading.current_thread() is threading.main_thread() else None
+            ),
             start_new_session=True,
             env=env,
         )

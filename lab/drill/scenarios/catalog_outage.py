@@ -1,5 +1,9 @@
 """``catalog-outage``: the PostgreSQL catalog stopped for a while and restarted, on a
-private cluster the drill may stop (``private_pg_cluster``)."""
+private cluster the drill may stop (``private_pg_cluster``). On a REST catalog
+(``DrillSpec.on_rest``) the server is first killed mid-commit, once at each moment that
+leaves the writer a different outcome to find out (:data:`REST_KILLS`), then made to
+answer a commit it applied with a 502, then to forget its tokens; then its PostgreSQL is
+stopped as on the SQL catalog."""
 
 from __future__ import annotations
 
@@ -15,6 +19,14 @@ from lab.drill.scenarios.steps import (
     supervise,
     wait_recovered,
 )
+from lab.rest_catalog import Fault, RestCatalogServer
+
+# the REST server killed on a commit request: nothing applied; applied but unanswered
+# (the unknown outcome); applied and answered, the next request finding no server
+REST_KILLS = (Fault.HALT_BEFORE_APPLY, Fault.HALT_AFTER_APPLY, Fault.HALT_AFTER_ANSWER)
+# answered wrongly but alive: a 502 for an applied commit; every token forgotten
+REST_ANSWERS = (Fault.ANSWER_502_AFTER_APPLY, Fault.EXPIRE_TOKENS)
+REST_DOWN_S = 5.0  # the killed server stays down this long before it is restarted
 
 
 def catalog_outage(rig: Rig) -> None:
@@ -23,6 +35,8 @@ def catalog_outage(rig: Rig) -> None:
     if cluster is None:
         raise SkipDrill(rig.extra.get("pg_skip", "no private PostgreSQL cluster"))
     first_commit(rig)
+    if rig.rest is not None:
+        _rest_faults(rig, rig.rest)
     cluster.stop()
     rig.event("catalog-down", "PostgreSQL stopped 15 s")
     supervise(rig, 15)
@@ -46,3 +60,26 @@ def private_pg_cluster() -> tuple[Any, str]:
         return PgCluster.create(name=f"drill_{uuid.uuid4().hex[:8]}"), ""
     except PgClusterUnavailable as e:
         return None, str(e)
+
+
+def _rest_faults(rig: Rig, server: RestCatalogServer) -> None:
+    """Each of :data:`REST_KILLS`, then each of :data:`REST_ANSWERS`, on the next commit;
+    after each the pipeline must commit again (recovering nothing twice, counted at the
+    end)."""
+    for fault in REST_KILLS:
+        server.arm(fault)
+        rig.wait_until(lambda: not server.alive(), COMMIT_TIMEOUT_S, f"for {fault.value}")
+        killed = rig.now()
+        rig.event("catalog-killed", fault.value)
+        supervise(rig, REST_DOWN_S)
+        rig.event("catalog-up", "REST catalog restarting")
+        server.restart()
+        # sampled with the server up: a commit answered before the kill is not the recovery
+        rig.recovery_from_now(since=killed)
+        wait_recovered(rig, COMMIT_TIMEOUT_S, f"for a commit after {fault.value}")
+    for fault in REST_ANSWERS:
+        server.arm(fault)
+        rig.wait_until(lambda: not server.armed(), COMMIT_TIMEOUT_S, f"for {fault.value}")
+        rig.recovery_from_now()
+        rig.event("catalog-fault", fault.value)
+        wait_recovered(rig, COMMIT_TIMEOUT_S, f"for a commit after {fault.value}")

@@ -7,16 +7,26 @@ the dead-letter table together.
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import coords, iceberg_config, logged_records, produced, run_cli
+from support.drivers import (
+    coords,
+    iceberg_config,
+    logged_records,
+    pipeline_config,
+    produced,
+    run_cli,
+    write_config,
+)
 from support.kafka_fixtures import KafkaTestBroker
 from support.pg_fixtures import require_postgres_uri
 
 from lab.generator import GeneratorSpec, produce
+from lab.objectstore import S3Server
 from pipeline.app import Pipeline
 
 
@@ -158,3 +168,67 @@ def test_at_least_once_mode_keeps_no_journal(
     p.run()
     assert coords(p) == produced(r)
     assert not list((tmp_path / "warehouse").rglob("_ingest"))
+
+
+def test_rest_catalog_end_to_end(
+    spark: Any,
+    kafka_broker: KafkaTestBroker,
+    s3_server: S3Server,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The pipeline through a real REST catalog (OAuth2 on, the warehouse on S3): dead
+    letters, a replayed batch, a schema change on restart, a lost checkpoint resumed from
+    the table, then ``status``, ``verify``, ``compact`` and the orphan scan on it."""
+    from support.rest_fixtures import rest_catalog_server
+
+    from integration.ops.test_verify import _cli
+    from pipeline.config import parse_config
+
+    rest_run = rest_catalog_server(tmp_path / "rest", s3_server)
+    rest = next(rest_run)
+    try:
+        topic = kafka_broker.new_topic("rest", 2)
+        bootstrap = kafka_broker.bootstrap_servers
+        sink = {"catalog": rest.sink_catalog(), "table": "db.events", "partitionBy": ["day(ts)"]}
+        raw = pipeline_config(
+            tmp_path, bootstrap, topic, sink, source={"maxRecordsPerTrigger": 700}
+        )
+        r1 = produce(bootstrap, topic, GeneratorSpec(count=1500, malformed_fraction=0.05, seed=31))
+        p1 = Pipeline(parse_config(raw), spark)
+        assert p1.run().dead_letters == r1.malformed
+        assert coords(p1) == produced(r1)
+
+        # the commit log lost after the table commit: the replay is found in the table
+        commits = tmp_path / "checkpoint" / "commits"
+        last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+        (commits / str(last)).unlink()
+        (commits / f".{last}.crc").unlink(missing_ok=True)
+        # a column added on restart: the table's schema evolves through the catalog
+        raw["decode"]["schema"] = [*raw["decode"]["schema"], {"name": "note", "type": "string"}]
+        r2 = produce(bootstrap, topic, GeneratorSpec(count=500, seed=32))
+        p2 = Pipeline(parse_config(raw), spark)
+        assert p2.run().skipped == 1
+        assert coords(p2) == produced(r1, r2)
+        table = p2.tables.main.table()
+        assert table is not None and table.schema().find_field("note") is not None
+
+        shutil.rmtree(tmp_path / "checkpoint")  # startingOffsets: table
+        r3 = produce(bootstrap, topic, GeneratorSpec(count=300, seed=33))
+        p3 = Pipeline(parse_config(raw), spark)
+        p3.run()
+        assert coords(p3) == produced(r1, r2, r3)
+
+        config = write_config(tmp_path, raw)
+        capsys.readouterr()
+        assert _cli("status", "--config", str(config)) == 0
+        assert "table db.events:" in capsys.readouterr().out
+        assert _cli("verify", "--config", str(config)) == 0
+        assert "NOT EXACTLY ONCE" not in capsys.readouterr().out
+        assert _cli("compact", "--config", str(config), "--min-input-files", "2") == 0
+        assert "table db.events: compacted" in capsys.readouterr().out
+        assert _cli("compact", "--config", str(config), "--orphans", "--dry-run") == 0
+        assert "table db.events: would remove 0 orphan files" in capsys.readouterr().out
+        assert coords(Pipeline(parse_config(raw), spark)) == produced(r1, r2, r3)
+    finally:
+        rest_run.close()

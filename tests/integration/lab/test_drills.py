@@ -12,6 +12,7 @@ whose report docs/drills.md commits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -39,11 +40,14 @@ def _run(
     standby_kills: int | None = None,
     executor_kills: int | None = None,
     only: Callable[[DrillSpec], bool] | None = None,
+    on_rest: frozenset[str] = frozenset(),
 ) -> dict:
+    """``on_rest``: the scenarios whose Iceberg tables go through a REST catalog."""
     formats = ["iceberg"] if matrix == "fast" else []
     specs = select(matrix, scenarios, formats, kills, 100.0, standby_kills, executor_kills)
     if only is not None:
         specs = [s for s in specs if only(s)]
+    specs = [dataclasses.replace(s, catalog="rest") if s.scenario in on_rest else s for s in specs]
     results = run_drills(
         specs, DrillOptions(out=tmp_path, kills=kills, rate=100.0), Console(width=200)
     )
@@ -410,6 +414,10 @@ CI_FORMAT = {
     "checkpoint-deleted": "iceberg",
     "catalog-outage": "iceberg",  # Iceberg only: a Hudi table has no catalog
 }
+# on the REST catalog, whose outage is a superset of the SQL catalog's: the server killed
+# before and after applying a commit and after answering, a 502 for an applied commit,
+# its tokens forgotten, then its PostgreSQL stopped
+CI_ON_REST = frozenset({"catalog-outage"})
 
 
 def _in_ci_subset(spec: DrillSpec) -> bool:
@@ -449,13 +457,28 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     # the standby drill: 2 SIGKILLs of the active and a pause (each kill waits for a new
     # standby to warm up; CI's budget, the committed report has 5); executor-loss: 2
     # worker+executor SIGKILLs (mid-write, then mid-commit)
-    report = _run(out, "full", [], CI_KILLS, standby_kills=2, executor_kills=2, only=_in_ci_subset)
+    report = _run(
+        out,
+        "full",
+        [],
+        CI_KILLS,
+        standby_kills=2,
+        executor_kills=2,
+        only=_in_ci_subset,
+        on_rest=CI_ON_REST,
+    )
     assert report["ok"], [(d["scenario"], d["problems"]) for d in report["drills"]]
     assert report["broker"] == broker_info(None)  # the drills' own clusters
     ran = [d for d in report["drills"] if d["verdict"] != "skipped"]
     for d in ran:
         assert d["missing"] == 0 and d["duplicated"] == 0, d["scenario"]
         d["scenario"] = d["scenario"].removesuffix("@s3")  # Hudi's kill and zombie: on S3
+    (outage,) = [d for d in ran if d["scenario"] == "catalog-outage@rest"]
+    kinds = [(e["kind"], e["detail"]) for e in outage["events"]]
+    for fault in ("halt-before-apply", "halt-after-apply", "halt-after-answer"):
+        assert ("catalog-killed", fault) in kinds, kinds
+    assert ("catalog-fault", "answer-502-after-apply") in kinds, kinds
+    outage["scenario"] = "catalog-outage"
     assert sorted((d["scenario"], d["table_format"]) for d in ran if d["scenario"] != "kill") == (
         sorted(CI_FORMAT.items())
     )

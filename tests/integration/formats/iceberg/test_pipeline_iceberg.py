@@ -170,6 +170,7 @@ def test_at_least_once_mode_keeps_no_journal(
     assert not list((tmp_path / "warehouse").rglob("_ingest"))
 
 
+@pytest.mark.slow
 def test_rest_catalog_end_to_end(
     spark: Any,
     kafka_broker: KafkaTestBroker,

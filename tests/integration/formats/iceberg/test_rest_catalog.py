@@ -143,16 +143,12 @@ def test_a_commit_never_answered_ends_at_the_deadline_and_is_decided_on_a_fresh_
     assert snapshots_of(sink) == 2
 
 
+@pytest.mark.slow  # a server killed and restarted three times: in the slow stage
 @pytest.mark.parametrize(
-    ("fault", "applied"),
-    [
-        (Fault.HALT_BEFORE_APPLY, False),
-        (Fault.HALT_AFTER_APPLY, True),
-        (Fault.HALT_AFTER_ANSWER, True),
-    ],
+    "fault", [Fault.HALT_BEFORE_APPLY, Fault.HALT_AFTER_APPLY, Fault.HALT_AFTER_ANSWER]
 )
 def test_a_catalog_killed_mid_commit_and_restarted_has_the_batch_once(
-    rest: RestCatalogServer, fault: Fault, applied: bool
+    rest: RestCatalogServer, fault: Fault
 ) -> None:
     sink = sink_on(rest)
     write_and_commit(sink, 0, 0, 10)

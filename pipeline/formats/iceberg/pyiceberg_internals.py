@@ -23,22 +23,31 @@ them fails there, loudly, instead of silently changing what a commit does.
   remove snapshots) to ITS current metadata, checking only the requirements (``main`` at
   the view's head, same table uuid). Public API, but behaviour pyiceberg does not
   promise; the tests check both.
+* :class:`SessionHookRestCatalog` -- a ``RestCatalog`` whose HTTP session a subclass may
+  amend in the public :meth:`~SessionHookRestCatalog.session_ready` (``rest_catalog.py``
+  gives every request a deadline there). pyiceberg builds the session in the private
+  ``_create_session`` (in ``__init__``: once to fetch the server's configuration, once
+  more with it merged), and offers no
+  other way to reach it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
+from requests import Session
 
 __all__ = [
     "HISTORY_FIELDS",
     "ReplaceFiles",
+    "SessionHookRestCatalog",
     "local_view",
     "replace_files",
     "staged_table_io",
@@ -99,3 +108,15 @@ def local_view(table: Table, **update: Any) -> Table:
         catalog=table.catalog,
         config=table.config,
     )
+
+
+class SessionHookRestCatalog(RestCatalog):
+    """``RestCatalog`` that hands each HTTP session it builds to :meth:`session_ready`."""
+
+    def _create_session(self) -> Session:
+        session = super()._create_session()
+        self.session_ready(session)
+        return session
+
+    def session_ready(self, session: Session) -> None:
+        """Amend ``session`` before any request is sent on it (``self.properties`` is set)."""

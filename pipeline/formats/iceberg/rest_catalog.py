@@ -19,9 +19,10 @@ nothing was applied.
 
 from __future__ import annotations
 
-from pyiceberg.catalog.rest import RestCatalog
 from requests import PreparedRequest, Response, Session
 from requests.adapters import HTTPAdapter
+
+from pipeline.formats.iceberg.pyiceberg_internals import SessionHookRestCatalog
 
 __all__ = ["PIPELINE_REST_CATALOG", "REQUEST_TIMEOUT", "PipelineRestCatalog"]
 
@@ -50,12 +51,10 @@ class _DeadlineAdapter(HTTPAdapter):
         return super().send(request, stream, timeout or self._timeout_s, verify, cert, proxies)
 
 
-class PipelineRestCatalog(RestCatalog):
+class PipelineRestCatalog(SessionHookRestCatalog):
     """``RestCatalog`` whose requests all have a deadline."""
 
-    def _create_session(self) -> Session:
-        session = super()._create_session()
+    def session_ready(self, session: Session) -> None:
         adapter = _DeadlineAdapter(float(self.properties.get(REQUEST_TIMEOUT, _DEFAULT_TIMEOUT_S)))
         session.mount("http://", adapter)
         session.mount("https://", adapter)
-        return session

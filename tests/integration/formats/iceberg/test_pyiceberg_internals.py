@@ -174,3 +174,19 @@ def test_without_history_keeps_schema_spec_and_location(catalog: Catalog) -> Non
     assert slim.snapshots == [] and slim.refs == {} and slim.current_snapshot_id is None
     assert slim.schema() == table.schema() and slim.location == table.location()
     assert slim.spec() == table.spec()
+
+
+def test_the_session_hook_sees_the_session_every_request_uses(rest_catalog: Any) -> None:
+    sessions: list[Any] = []
+
+    class Recording(internals.SessionHookRestCatalog):
+        def session_ready(self, session: Any) -> None:
+            sessions.append(session)
+
+    catalog = Recording("lake", **rest_catalog.pyiceberg_properties())
+    # one for the server's config, one with it merged: the catalog keeps the last
+    assert sessions and catalog._session is sessions[-1]
+    built = len(sessions)
+    catalog.create_namespace_if_not_exists("hooked")  # requests on that session
+    assert ("hooked",) in catalog.list_namespaces()
+    assert len(sessions) == built

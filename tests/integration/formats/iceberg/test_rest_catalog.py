@@ -191,3 +191,18 @@ def test_a_writer_of_an_older_epoch_is_fenced(rest: RestCatalogServer) -> None:
         write_and_commit(sink, 1, 10, 10, epoch=1)
     write_and_commit(sink, 1, 10, 10, epoch=2)
     assert offsets_of(sink) == list(range(20))
+
+
+@pytest.mark.slow
+def test_the_commit_creating_the_table_killed_after_applying_is_found(
+    rest: RestCatalogServer,
+) -> None:
+    sink = sink_on(rest)
+    rest.arm(Fault.HALT_AFTER_APPLY)  # the staged create and the first snapshot, unanswered
+    writer = in_thread(lambda: write_and_commit(sink, 0, 0, 10))
+    assert rest.wait_exit(timeout_s=60) is not None, "the fault did not halt the server"
+    rest.restart()
+    writer.join(timeout=120)
+    assert not writer.is_alive() and not writer.errors  # type: ignore[attr-defined]
+    assert offsets_of(sink) == list(range(10))
+    assert snapshots_of(sink) == 1

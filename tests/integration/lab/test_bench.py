@@ -323,6 +323,14 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert _positive(rec["restart_to_first_commit_s"])
     assert rec["kill_to_first_commit_s"] >= rec["restart_to_first_commit_s"]
 
+    catalogs = report["catalogs"]
+    assert [r["catalog"] for r in catalogs["rows"]] == [
+        "sql (PostgreSQL)",
+        "rest (over PostgreSQL)",
+    ]
+    for r in catalogs["rows"]:
+        assert r["commits"] == QUICK.commits and 0 < r["commit_p50_ms"] <= r["commit_p99_ms"]
+
     growth = {s["format"]: s for s in report["commit_growth"]["series"]}
     assert set(growth) == {"iceberg", "hudi"}
     for s in growth.values():
@@ -348,3 +356,28 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     for name in CHARTS:
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5_000, name
+
+
+@pytest.mark.slow
+def test_the_catalogs_section_times_commits_on_both_catalogs(tmp_path: Path) -> None:
+    import dataclasses
+
+    from lab.bench.catalogs import WARMUP, catalog_commits
+    from lab.bench.context import Context
+
+    ctx = Context(
+        broker=None,  # type: ignore[arg-type]  # the section reads no topic
+        dataset=None,  # type: ignore[arg-type]
+        preset=dataclasses.replace(QUICK, commits=6),
+        work=tmp_path,
+        say=lambda _line: None,
+    )
+    section = catalog_commits(ctx)
+    assert "skipped" not in section, section
+    sql, rest = section["rows"]
+    assert (sql["catalog"], rest["catalog"]) == ("sql (PostgreSQL)", "rest (over PostgreSQL)")
+    for row in (sql, rest):
+        assert row["commits"] == 6 and 0 < row["commit_p50_ms"] <= row["commit_p99_ms"]
+        assert row["commit_p50_ms"] <= row["protocol_p50_ms"]
+    assert section["rest_over_sql"]["commit_p50_ms"] > 0
+    assert section["warmup_commits_left_out"] == WARMUP

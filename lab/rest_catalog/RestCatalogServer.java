@@ -133,14 +133,50 @@ public class RestCatalogServer {
     }
   }
 
-  /** A response whose body is held back until the gate decides what to answer. */
+  /**
+   * A response held back until the gate decides what to answer: its body in memory, its status
+   * the one set before the body was written. Iceberg's servlet writes an error body (closing the
+   * writer, which would commit a real response) and then sets 500 for the adapter's "unhandled
+   * error": the client must see the error's own status (404, 409, ...), as a committed response
+   * would have given it.
+   */
   static final class HeldResponse extends HttpServletResponseWrapper {
-    final ByteArrayOutputStream body = new ByteArrayOutputStream();
+    private final ByteArrayOutputStream body = new ByteArrayOutputStream();
     private PrintWriter writer;
     private ServletOutputStream stream;
+    private int status = HttpServletResponse.SC_OK;
 
     HeldResponse(HttpServletResponse response) {
       super(response);
+    }
+
+    private boolean written() {
+      if (writer != null) {
+        writer.flush();
+      }
+      return body.size() > 0;
+    }
+
+    @Override
+    public void setStatus(int sc) {
+      if (!written()) {
+        status = sc;
+      }
+    }
+
+    @Override
+    public int getStatus() {
+      return status;
+    }
+
+    @Override
+    public void sendError(int sc) {
+      setStatus(sc);
+    }
+
+    @Override
+    public void sendError(int sc, String msg) {
+      setStatus(sc);
     }
 
     @Override
@@ -186,11 +222,14 @@ public class RestCatalogServer {
       return false;
     }
 
-    byte[] bytes() {
-      if (writer != null) {
-        writer.flush();
-      }
-      return body.toByteArray();
+    /** Send what was held: its status, its body. */
+    void answer() throws IOException {
+      written();
+      byte[] bytes = body.toByteArray();
+      HttpServletResponse real = (HttpServletResponse) getResponse();
+      real.setStatus(status);
+      real.setContentLength(bytes.length);
+      real.getOutputStream().write(bytes);
     }
   }
 
@@ -246,17 +285,19 @@ public class RestCatalogServer {
       if (!tokens.valid(bearer(req))) {
         return icebergError(resp, 401, "NotAuthorizedException", "Not authorized: no valid bearer token");
       }
-      if (fault == null || fault == Fault.EXPIRE_TOKENS) {
-        catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) resp);
-        return resp.getStatus();
+      if (fault != null && fault != Fault.EXPIRE_TOKENS) {
+        disarm(fault);
       }
-      disarm(fault);
       if (fault == Fault.HALT_BEFORE_APPLY) {
         halt(fault, method, path);
       }
       HeldResponse held = new HeldResponse(resp);
       catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) held);
       int applied = held.getStatus();
+      if (fault == null || fault == Fault.EXPIRE_TOKENS) {
+        held.answer();
+        return applied;
+      }
       switch (fault) {
         case HALT_AFTER_APPLY:
           halt(fault, method, path);
@@ -268,10 +309,10 @@ public class RestCatalogServer {
         case HANG_AFTER_APPLY:
           say("FAULT " + fault.label + " " + method + " " + path + " sleeping " + HANG_MILLIS + " ms");
           sleep(HANG_MILLIS);
-          answer(resp, held);
+          held.answer();
           return applied;
         case HALT_AFTER_ANSWER:
-          answer(resp, held);
+          held.answer();
           resp.flushBuffer();
           say(method + " " + path + " " + applied);
           sleep(200); // the answer leaves the socket before the process does
@@ -280,12 +321,6 @@ public class RestCatalogServer {
         default:
           throw new IllegalStateException("unhandled fault " + fault);
       }
-    }
-
-    private static void answer(HttpServletResponse resp, HeldResponse held) throws IOException {
-      byte[] bytes = held.bytes();
-      resp.setContentLength(bytes.length);
-      resp.getOutputStream().write(bytes);
     }
 
     private static void halt(Fault fault, String method, String path) {

@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -317,7 +318,9 @@ class RestCatalogServer:
             stdin=subprocess.DEVNULL,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            # dies with this process; only when started from the main thread, since the
+            # kernel's parent-death signal fires when the starting *thread* exits
+            preexec_fn=_die_with_parent if _on_main_thread() else None,
             start_new_session=True,
             env=env,
         )
@@ -433,6 +436,10 @@ class RestCatalogServer:
 def _escape(value: str) -> str:
     """A value as ``java.util.Properties`` reads it back."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\:").replace("=", "\\=")
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child

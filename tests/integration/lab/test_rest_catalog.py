@@ -141,6 +141,18 @@ def test_a_restart_forgets_every_token(server: RestCatalogServer) -> None:
     assert server.config_status(server.fetch_token()) == 200
 
 
+def test_a_restart_from_another_thread_outlives_that_thread(server: RestCatalogServer) -> None:
+    import threading
+    import time
+
+    restarter = threading.Thread(target=server.restart)
+    restarter.start()
+    restarter.join()
+    time.sleep(1)  # a child tied to the thread's death would be gone by now
+    assert server.alive()
+    assert server.config_status(server.fetch_token()) == 200
+
+
 def test_a_token_dies_on_the_server_while_its_client_still_trusts_it(
     tmp_path: Path, s3_server: S3Server
 ) -> None:

@@ -133,50 +133,14 @@ public class RestCatalogServer {
     }
   }
 
-  /**
-   * A response held back until the gate decides what to answer: its body in memory, its status
-   * the one set before the body was written. Iceberg's servlet writes an error body (closing the
-   * writer, which would commit a real response) and then sets 500 for the adapter's "unhandled
-   * error": the client must see the error's own status (404, 409, ...), as a committed response
-   * would have given it.
-   */
+  /** A response whose body is held back until the gate decides what to answer. */
   static final class HeldResponse extends HttpServletResponseWrapper {
-    private final ByteArrayOutputStream body = new ByteArrayOutputStream();
+    final ByteArrayOutputStream body = new ByteArrayOutputStream();
     private PrintWriter writer;
     private ServletOutputStream stream;
-    private int status = HttpServletResponse.SC_OK;
 
     HeldResponse(HttpServletResponse response) {
       super(response);
-    }
-
-    private boolean written() {
-      if (writer != null) {
-        writer.flush();
-      }
-      return body.size() > 0;
-    }
-
-    @Override
-    public void setStatus(int sc) {
-      if (!written()) {
-        status = sc;
-      }
-    }
-
-    @Override
-    public int getStatus() {
-      return status;
-    }
-
-    @Override
-    public void sendError(int sc) {
-      setStatus(sc);
-    }
-
-    @Override
-    public void sendError(int sc, String msg) {
-      setStatus(sc);
     }
 
     @Override
@@ -222,16 +186,32 @@ public class RestCatalogServer {
       return false;
     }
 
-    /** Send what was held: its status, its body. */
-    void answer() throws IOException {
-      written();
-      byte[] bytes = body.toByteArray();
-      HttpServletResponse real = (HttpServletResponse) getResponse();
-      real.setStatus(status);
-      real.setContentLength(bytes.length);
-      real.getOutputStream().write(bytes);
+    byte[] bytes() {
+      if (writer != null) {
+        writer.flush();
+      }
+      return body.toByteArray();
+    }
+
+    /**
+     * The status to answer. Iceberg's servlet writes an error's own status and body (a 409
+     * CommitFailedException, a 404 NoSuchTableException), then its adapter throws "Unhandled
+     * error" and the servlet overwrites that status with 500: a REST catalog answers the
+     * error's own code, and clients decide on it (409: refused; 5xx: unknown outcome).
+     */
+    int errorStatus() {
+      int status = getStatus();
+      if (status != 500) {
+        return status;
+      }
+      java.util.regex.Matcher code =
+          ERROR_CODE.matcher(new String(bytes(), StandardCharsets.UTF_8));
+      return code.find() ? Integer.parseInt(code.group(1)) : status;
     }
   }
+
+  static final Pattern ERROR_CODE =
+      Pattern.compile("\\A\\s*\\{\\s*\"error\"\\s*:\\s*\\{.*?\"code\"\\s*:\\s*(\\d{3})", Pattern.DOTALL);
 
   /** Auth, fault hooks and the request log in front of Iceberg's servlet. */
   static final class Gate extends HttpServlet {
@@ -285,19 +265,22 @@ public class RestCatalogServer {
       if (!tokens.valid(bearer(req))) {
         return icebergError(resp, 401, "NotAuthorizedException", "Not authorized: no valid bearer token");
       }
-      if (fault != null && fault != Fault.EXPIRE_TOKENS) {
-        disarm(fault);
+      if (fault == null || fault == Fault.EXPIRE_TOKENS) {
+        HeldResponse held = new HeldResponse(resp);
+        catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) held);
+        int status = held.errorStatus();
+        resp.setStatus(status);
+        answer(resp, held);
+        return status;
       }
+      disarm(fault);
       if (fault == Fault.HALT_BEFORE_APPLY) {
         halt(fault, method, path);
       }
       HeldResponse held = new HeldResponse(resp);
       catalog.service((jakarta.servlet.ServletRequest) req, (jakarta.servlet.ServletResponse) held);
-      int applied = held.getStatus();
-      if (fault == null || fault == Fault.EXPIRE_TOKENS) {
-        held.answer();
-        return applied;
-      }
+      int applied = held.errorStatus();
+      resp.setStatus(applied);
       switch (fault) {
         case HALT_AFTER_APPLY:
           halt(fault, method, path);
@@ -309,10 +292,10 @@ public class RestCatalogServer {
         case HANG_AFTER_APPLY:
           say("FAULT " + fault.label + " " + method + " " + path + " sleeping " + HANG_MILLIS + " ms");
           sleep(HANG_MILLIS);
-          held.answer();
+          answer(resp, held);
           return applied;
         case HALT_AFTER_ANSWER:
-          held.answer();
+          answer(resp, held);
           resp.flushBuffer();
           say(method + " " + path + " " + applied);
           sleep(200); // the answer leaves the socket before the process does
@@ -321,6 +304,12 @@ public class RestCatalogServer {
         default:
           throw new IllegalStateException("unhandled fault " + fault);
       }
+    }
+
+    private static void answer(HttpServletResponse resp, HeldResponse held) throws IOException {
+      byte[] bytes = held.bytes();
+      resp.setContentLength(bytes.length);
+      resp.getOutputStream().write(bytes);
     }
 
     private static void halt(Fault fault, String method, String path) {

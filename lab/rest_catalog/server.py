@@ -318,9 +318,11 @@ class RestCatalogServer:
             stdin=subprocess.DEVNULL,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
-            # dies with this process; only when started from the main thread, since the
-            # kernel's parent-death signal fires when the starting *thread* exits
-            preexec_fn=_die_with_parent if _on_main_thread() else None,
+            # the kernel's parent-death signal follows the forking *thread*: only the main
+            # thread's children may have it, or a restart from a helper thread dies with it
+            preexec_fn=(
+                _die_with_parent if threading.current_thread() is threading.main_thread() else None
+            ),
             start_new_session=True,
             env=env,
         )
@@ -436,10 +438,6 @@ class RestCatalogServer:
 def _escape(value: str) -> str:
     """A value as ``java.util.Properties`` reads it back."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\:").replace("=", "\\=")
-
-
-def _on_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child

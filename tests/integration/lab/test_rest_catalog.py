@@ -141,6 +141,18 @@ def test_a_restart_forgets_every_token(server: RestCatalogServer) -> None:
     assert server.config_status(server.fetch_token()) == 200
 
 
+def test_a_restart_from_another_thread_outlives_that_thread(server: RestCatalogServer) -> None:
+    import threading
+    import time
+
+    restarter = threading.Thread(target=server.restart)
+    restarter.start()
+    restarter.join()
+    time.sleep(1)  # a child tied to the thread's death would be gone by now
+    assert server.alive()
+    assert server.config_status(server.fetch_token()) == 200
+
+
 def test_a_token_dies_on_the_server_while_its_client_still_trusts_it(
     tmp_path: Path, s3_server: S3Server
 ) -> None:
@@ -184,6 +196,31 @@ def test_a_static_token_is_accepted(tmp_path: Path, s3_server: S3Server) -> None
         gen.close()
 
 
+def _stale_commit(name: str) -> tuple[str, dict[str, Any]]:
+    """A commit of ``name`` whose requirement (main at snapshot 1) never holds: its path and
+    body."""
+    namespace, table = name.split(".")
+    body = {
+        "identifier": {"namespace": [namespace], "name": table},
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 1}],
+        "updates": [{"action": "set-properties", "updates": {"stale": "yes"}}],
+    }
+    return f"/v1/namespaces/{namespace}/tables/{table}", body
+
+
+def test_errors_answer_with_their_own_status(server: RestCatalogServer) -> None:
+    _, name = _new_table(server)
+    token = server.fetch_token()
+    status, body = _http(server, "GET", f"/v1/namespaces/{NAMESPACE}/tables/no_such_table", token)
+    assert (status, body["error"]["type"]) == (404, "NoSuchTableException")
+    status, body = _http(server, "POST", "/v1/namespaces", token, {"namespace": [NAMESPACE]})
+    assert (status, body["error"]["type"]) == (409, "AlreadyExistsException")
+    path, commit = _stale_commit(name)
+    status, body = _http(server, "POST", path, token, commit)
+    assert (status, body["error"]["type"]) == (409, "CommitFailedException")
+    assert "stale" not in _catalog(server).load_table(name).properties
+
+
 # -- fault hooks ---------------------------------------------------------------------------
 
 
@@ -211,6 +248,17 @@ def test_halt_after_apply_kills_the_server_unanswered_with_the_commit_applied(
     assert not server.armed()
     server.restart()
     assert _count(server, name) == 5
+
+
+def test_halt_after_answer_gives_a_refused_commit_its_409_then_dies(
+    server: RestCatalogServer,
+) -> None:
+    _, name = _new_table(server)
+    path, body = _stale_commit(name)
+    server.arm(Fault.HALT_AFTER_ANSWER)
+    status, answer = _http(server, "POST", path, server.fetch_token(), body)
+    assert (status, answer["error"]["type"]) == (409, "CommitFailedException")
+    assert server.wait_exit() == HALTED
 
 
 def test_halt_after_answer_answers_then_dies(server: RestCatalogServer) -> None:

@@ -1,4 +1,4 @@
-"""The CLI's own commands: broker, produce, Java check."""
+"""The CLI's own commands: broker, produce, rest-catalog, Java check."""
 
 from __future__ import annotations
 
@@ -75,6 +75,41 @@ def test_broker_and_produce_commands() -> None:
         broker.wait(30)
     assert broker.returncode == 0
     assert not data_dir.exists()  # a clean stop removes its own temporary log directory
+
+
+def test_rest_catalog_command_serves_the_catalog_block_it_prints(tmp_path: Path) -> None:
+    import yaml
+    from support.pg_fixtures import require_postgres_uri
+
+    from pipeline.config.sink import CatalogConfig
+    from pipeline.formats.iceberg.catalog import load_catalog
+
+    postgres = require_postgres_uri()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "rest-catalog", "--postgres", postgres,
+         "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        lines: list[str] = []
+        while not lines or lines[-1] != "press Ctrl-C to stop":
+            line = server.stdout.readline()
+            assert line, f"exited {server.poll()}: {server.stderr.read() if server.stderr else ''}"
+            lines.append(line.rstrip("\n"))
+        assert lines[0].startswith("Iceberg REST catalog: http://127.0.0.1:"), lines
+        block = yaml.safe_load("\n".join(lines[lines.index("sink:") : -1]))
+        catalog = CatalogConfig.model_validate(block["sink"]["catalog"])
+        assert catalog.type == "rest"
+        lake = load_catalog(catalog.name, catalog.pyiceberg_properties())
+        lake.create_namespace_if_not_exists("cli")
+        assert ("cli",) in lake.list_namespaces()
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
 
 
 def test_missing_java_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -328,7 +328,7 @@ def readme_command_rows() -> dict[str, str]:
     section = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, str] = {}
     for ln in section.splitlines():
-        m = re.match(r"\| `ingest (?P<cmd>[a-z]+)", ln)
+        m = re.match(r"\| `ingest (?P<cmd>[a-z][a-z-]*)", ln)
         if m:
             rows[m["cmd"]] = ln.split(" | ", 1)[0]
     return rows

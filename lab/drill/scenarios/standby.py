@@ -18,6 +18,7 @@ from lab.drill.scenarios.steps import (
     exited,
     finish,
 )
+from pipeline.commit.instant import parse_instant_time
 
 
 def standby(rig: Rig) -> None:
@@ -82,7 +83,11 @@ def _await_takeover(rig: Rig, d: DriverProcess, since: float | None = None) -> N
 
 def _pause_past_the_lease(rig: Rig, old: DriverProcess, new: DriverProcess) -> None:
     """SIGSTOP ``old`` (the active) until warm ``new`` took over and committed twice, then
-    SIGCONT it: it must commit nothing more and exit non-zero within the lease."""
+    SIGCONT it: it must commit nothing it requested after the SIGSTOP and exit non-zero
+    within the lease. A commit it had sent before (a REST catalog applies one request on
+    its own while the client is frozen) may be reported once it wakes; the table's history
+    must show it before the new epoch (:func:`_superseded_writes`)."""
+    paused = time.time()
     os.killpg(old.pid, signal.SIGSTOP)
     rig.event("pause", f"SIGSTOP active driver {old.n}")
     _await_takeover(rig, new)
@@ -94,19 +99,27 @@ def _pause_past_the_lease(rig: Rig, old: DriverProcess, new: DriverProcess) -> N
     rig.wait_until(exited(old), 120, f"for the resumed driver {old.n} to stop")
     exit_s = time.monotonic() - t0
     old.reap()
-    late = [
-        b
-        for b in old.batch_lines()
-        if b.get("outcome") in ("committed", "recommitted")
-        and datetime.fromisoformat(str(b["ts"]).replace("Z", "+00:00")).timestamp() > resumed
-    ]
+    reported = [b for b in old.batch_lines() if _after(b, resumed)]
+    late = [b for b in reported if parse_instant_time(str(b["instant"])).timestamp() >= paused]
+    in_flight = [b["batch_id"] for b in reported if b not in late]
     line = old.error_line()
     if old.poll() in (0, None) or not any(w in line for w in ("lease", "fenced", "epoch")):
         rig.result.problems.append(f"resumed driver exited {old.poll()}: {line!r}")
     if late:
         rig.result.problems.append(f"resumed driver committed {len(late)} batch(es)")
+    if in_flight:
+        rig.result.notes.append(
+            f"resumed driver reported batch(es) {in_flight} it requested before the SIGSTOP: "
+            "their commits reached the catalog before the take-over"
+        )
     rig.result.problems.extend(_superseded_writes(rig, resumed))
     rig.result.notes.append(f"resumed driver stopped {exit_s:.1f}s after SIGCONT: {line[:120]}")
+
+
+def _after(line: dict[str, object], since: float) -> bool:
+    """A batch line logged after ``since`` (epoch seconds) with a committed outcome."""
+    ts = datetime.fromisoformat(str(line["ts"]).replace("Z", "+00:00")).timestamp()
+    return line.get("outcome") in ("committed", "recommitted") and ts > since
 
 
 def _superseded_writes(rig: Rig, since: float) -> list[str]:

@@ -24,7 +24,13 @@ from pathlib import Path
 
 from lab.ports import free_port
 
-__all__ = ["PgCluster", "PgClusterUnavailable", "available", "shared_server_uri"]
+__all__ = [
+    "PgCluster",
+    "PgClusterUnavailable",
+    "available",
+    "project_server_uri",
+    "shared_server_uri",
+]
 
 _PG_ETC = Path("/etc/postgresql")
 
@@ -156,3 +162,20 @@ def shared_server_uri() -> str | None:
     except Exception:
         return None
     return uri.replace("postgresql://", "postgresql+psycopg2://", 1)
+
+
+def project_server_uri() -> str:
+    """SQLAlchemy URI of the project's own PostgreSQL, installed and started when missing by
+    ``scripts/postgres.sh`` (port 54329, trust on 127.0.0.1, database ``test``); the
+    machine's (:func:`shared_server_uri`) when it answers. PgClusterUnavailable: neither."""
+    found = shared_server_uri()
+    if found is not None:
+        return found
+    script = Path(__file__).resolve().parents[1] / "scripts" / "postgres.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise PgClusterUnavailable(
+            f"scripts/postgres.sh failed: {(done.stderr or done.stdout).strip()[-200:]}"
+        )
+    return lines[-1].replace("postgresql://", "postgresql+psycopg2://", 1)

@@ -35,12 +35,13 @@ def _ms(values: list[float], q: float) -> float | None:
 def catalog_commits(ctx: Context) -> dict[str, Any]:
     """The ``catalogs`` section of the report (``skipped`` names what is missing)."""
     from lab.objectstore import S3Unavailable, start_seaweedfs
-    from lab.pgcluster import shared_server_uri
+    from lab.pgcluster import PgClusterUnavailable, project_server_uri
     from lab.rest_catalog import start_rest_catalog
 
-    postgres = shared_server_uri()
-    if postgres is None:
-        return {"skipped": "no PostgreSQL server answering (scripts/postgres.sh starts one)"}
+    try:
+        postgres = project_server_uri()
+    except PgClusterUnavailable as e:
+        return {"skipped": f"no PostgreSQL: {e}"}
     commits = min(ctx.preset.commits, MAX_COMMITS)
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as services:

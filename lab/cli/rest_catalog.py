@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import subprocess
 import sys
 import tempfile
 import time
@@ -16,22 +15,17 @@ import yaml
 
 from pipeline.cli.common import UsageError, out, setup_logging
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _postgres(uri: str | None) -> str:
     """``uri``, else the project's own PostgreSQL (``scripts/postgres.sh`` starts it)."""
     if uri is not None:
         return uri
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "postgres.sh")], capture_output=True, text=True
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        raise UsageError(
-            "no PostgreSQL for the catalog: scripts/postgres.sh failed "
-            f"({(done.stderr or done.stdout).strip()[-200:]}); or give --postgres URI"
-        )
-    return done.stdout.strip().splitlines()[-1]
+    from lab.pgcluster import PgClusterUnavailable, project_server_uri
+
+    try:
+        return project_server_uri()
+    except PgClusterUnavailable as e:
+        raise UsageError(f"no PostgreSQL for the catalog: {e}; or give --postgres URI") from None
 
 
 def rest_catalog(

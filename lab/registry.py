@@ -12,10 +12,8 @@ default storage (H2 in memory: a restart forgets every schema) and Confluent id 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
@@ -28,6 +26,7 @@ from typing import Any
 
 from lab.broker.node import find_java
 from lab.ports import free_port
+from lab.processes import die_with_parent, stop_process
 from pipeline import jvm
 from pipeline.errors import EnvironmentProblem
 
@@ -96,11 +95,6 @@ def _runner(dist: Path) -> Path:
     return found[0]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class SchemaRegistryServer:
     """One registry process; ``url`` is what ``decode.registry.url`` takes."""
@@ -147,7 +141,7 @@ class SchemaRegistryServer:
             stdin=subprocess.DEVNULL,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent(),
             start_new_session=True,
             env={**os.environ, "QUARKUS_LOG_CONSOLE_JSON": "false"},
         )
@@ -167,13 +161,7 @@ class SchemaRegistryServer:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         self.process = None
 
     def close(self) -> None:

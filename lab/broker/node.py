@@ -5,11 +5,8 @@ it, and the start-up diagnostics (Java missing, the last error line of its log).
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
 import uuid
 from collections.abc import Mapping
@@ -17,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.processes import die_with_parent
 from pipeline import jvm
 from pipeline.errors import EnvironmentProblem
 
@@ -61,13 +59,6 @@ class Node:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Linux: the broker gets SIGKILL when the process that started it dies, so a killed
-    test run or drill never leaves brokers behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def server_properties(
@@ -176,7 +167,7 @@ def spawn(node: Node, java: str, classpath: str, heap_mb: int) -> None:
         stdin=subprocess.DEVNULL,
         stdout=node.log_file,
         stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent(),
         start_new_session=True,  # Ctrl-C in a terminal reaches the Python parent only
     )
     node.paused = False

@@ -25,10 +25,8 @@ import hashlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -39,6 +37,7 @@ from typing import IO, Protocol
 
 from lab.broker.node import find_java
 from lab.ports import free_port
+from lab.processes import die_with_parent, stop_process
 from pipeline import jvm
 from pipeline.errors import EnvironmentProblem
 
@@ -318,11 +317,7 @@ class RestCatalogServer:
             stdin=subprocess.DEVNULL,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
-            # the kernel's parent-death signal follows the forking *thread*: only the main
-            # thread's children may have it, or a restart from a helper thread dies with it
-            preexec_fn=(
-                _die_with_parent if threading.current_thread() is threading.main_thread() else None
-            ),
+            preexec_fn=die_with_parent(),
             start_new_session=True,
             env=env,
         )
@@ -352,13 +347,7 @@ class RestCatalogServer:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 20 s."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         self.process = None
 
     def kill(self) -> None:
@@ -438,13 +427,6 @@ class RestCatalogServer:
 def _escape(value: str) -> str:
     """A value as ``java.util.Properties`` reads it back."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\:").replace("=", "\\=")
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    import ctypes
-
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def start_rest_catalog(

@@ -12,14 +12,13 @@ import os
 import subprocess
 from collections import Counter
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import Any, NoReturn
 
 from pipeline.commit.checkpoint import PIPELINE_ID_KEY, RANGES_KEY, parse_ranges
 from pipeline.commit.history import Intervals
 from pipeline.commit.maintenance import COMPACTION_KEY
 from support.drivers import Coord
+from support.required import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENV_SCRIPT = ROOT / "scripts" / "jvm-reader-env.sh"
@@ -27,10 +26,8 @@ HUDI_READER = ROOT / "tests" / "jvm_reader" / "read_hudi.py"
 HUDI_SERVICES = ROOT / "tests" / "jvm_reader" / "hudi_services.py"
 
 
-def _unavailable(why: str) -> None:
-    if os.environ.get("INGEST_REQUIRE_JVM_READERS") == "1":
-        pytest.fail(f"JVM reader environment required (INGEST_REQUIRE_JVM_READERS=1): {why}")
-    pytest.skip(f"JVM reader environment: {why}")
+def _unavailable(why: str) -> NoReturn:
+    unavailable("INGEST_REQUIRE_JVM_READERS", f"JVM reader environment: {why}")
 
 
 def reader_paths() -> dict[str, str]:

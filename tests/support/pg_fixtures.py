@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
 
@@ -24,6 +25,7 @@ from lab.pgcluster import (
     available,
     shared_server_uri,
 )
+from support.required import unavailable
 
 
 def postgres_uri() -> str | None:
@@ -31,11 +33,9 @@ def postgres_uri() -> str | None:
     return shared_server_uri()
 
 
-def no_postgres(why: str) -> None:
+def no_postgres(why: str) -> NoReturn:
     """Skip for ``why``, or fail when PostgreSQL is required (CI)."""
-    if os.environ.get("INGEST_REQUIRE_POSTGRES") == "1":
-        pytest.fail(f"PostgreSQL is required here (INGEST_REQUIRE_POSTGRES=1): {why}")
-    pytest.skip(why)
+    unavailable("INGEST_REQUIRE_POSTGRES", why)
 
 
 def require_postgres_uri() -> str:

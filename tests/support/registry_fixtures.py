@@ -7,15 +7,13 @@ When the registry cannot start the test skips naming why, or fails under
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from lab.registry import SchemaRegistryServer, start_registry
 from pipeline.errors import EnvironmentProblem
+from support.required import unavailable
 
 Coord = tuple[str, int, int]
 
@@ -24,9 +22,7 @@ def registry_server(home: Path) -> Iterator[SchemaRegistryServer]:
     try:
         server = start_registry(home)
     except EnvironmentProblem as e:
-        if os.environ.get("INGEST_REQUIRE_REGISTRY") == "1":
-            pytest.fail(f"Schema Registry required (INGEST_REQUIRE_REGISTRY=1): {e.message}")
-        pytest.skip(f"no Schema Registry: {e.message}")
+        unavailable("INGEST_REQUIRE_REGISTRY", f"no Schema Registry: {e.message}")
     try:
         yield server
     finally:

@@ -9,16 +9,14 @@ missing part)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from lab.objectstore import S3Server
 from lab.rest_catalog import OAuthClient, RestCatalogServer, TokenPolicy, start_rest_catalog
 from pipeline.errors import EnvironmentProblem
 from support.pg_fixtures import require_postgres_uri
+from support.required import unavailable
 
 
 def rest_catalog_server(
@@ -39,9 +37,7 @@ def rest_catalog_server(
             tokens=tokens,
         )
     except EnvironmentProblem as e:
-        if os.environ.get("INGEST_REQUIRE_REST_CATALOG") == "1":
-            pytest.fail(f"REST catalog required (INGEST_REQUIRE_REST_CATALOG=1): {e.message}")
-        pytest.skip(f"no REST catalog: {e.message}")
+        unavailable("INGEST_REQUIRE_REST_CATALOG", f"no REST catalog: {e.message}")
     try:
         yield server
     finally:

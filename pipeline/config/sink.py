@@ -10,6 +10,11 @@ from pydantic import Field
 from pipeline.config.base import _Model
 from pipeline.errors import ConfigError
 
+#: The catalog property that carries ``requestTimeoutSeconds`` to the REST catalog
+#: (pipeline/formats/iceberg/rest_catalog.py), and its default.
+REST_REQUEST_TIMEOUT = "request-timeout"
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
 
 class CatalogConfig(_Model):
     name: str = "lake"
@@ -19,13 +24,13 @@ class CatalogConfig(_Model):
     properties: dict[str, str] = Field(default_factory=dict)
     # REST: the deadline of one catalog request; a commit past it is an unknown outcome,
     # decided on a fresh read of the table before any retry
-    request_timeout_seconds: float = Field(default=30.0, gt=0)
+    request_timeout_seconds: float = Field(default=DEFAULT_REQUEST_TIMEOUT_S, gt=0)
 
     def pyiceberg_properties(self) -> dict[str, str]:
         props = dict(self.properties)
         props["type"] = self.type
         if self.type == "rest":
-            props.setdefault("request-timeout", f"{self.request_timeout_seconds:g}")
+            props.setdefault(REST_REQUEST_TIMEOUT, f"{self.request_timeout_seconds:g}")
         warehouse = self.warehouse
         if "://" not in warehouse:
             path = Path(warehouse).expanduser().resolve()

@@ -41,7 +41,7 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
     """
     props = {str(k): str(v) for k, v in properties.items()}
     if props.get("type") == "rest" and "py-catalog-impl" not in props:
-        # pyiceberg's REST catalog with request deadlines and token renewal (rest_catalog.py)
+        # pyiceberg's REST catalog with a deadline on every request (rest_catalog.py)
         props["py-catalog-impl"] = PIPELINE_REST_CATALOG
         del props["type"]
     uri = mask_uri(props.get("uri", ""))

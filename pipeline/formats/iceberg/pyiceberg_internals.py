@@ -27,8 +27,7 @@ them fails there, loudly, instead of silently changing what a commit does.
   amend in the public :meth:`~SessionHookRestCatalog.session_ready` (``rest_catalog.py``
   gives every request a deadline there). pyiceberg builds the session in the private
   ``_create_session`` (in ``__init__``: once to fetch the server's configuration, once
-  more with it merged), and offers no
-  other way to reach it.
+  more with it merged) and offers no other way to reach it.
 """
 
 from __future__ import annotations

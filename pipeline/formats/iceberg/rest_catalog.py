@@ -22,13 +22,12 @@ from __future__ import annotations
 from requests import PreparedRequest, Response, Session
 from requests.adapters import HTTPAdapter
 
+from pipeline.config.sink import DEFAULT_REQUEST_TIMEOUT_S, REST_REQUEST_TIMEOUT
 from pipeline.formats.iceberg.pyiceberg_internals import SessionHookRestCatalog
 
-__all__ = ["PIPELINE_REST_CATALOG", "REQUEST_TIMEOUT", "PipelineRestCatalog"]
+__all__ = ["PIPELINE_REST_CATALOG", "PipelineRestCatalog"]
 
 PIPELINE_REST_CATALOG = f"{__name__}.PipelineRestCatalog"
-REQUEST_TIMEOUT = "request-timeout"  # seconds, a catalog property of ours
-_DEFAULT_TIMEOUT_S = 30.0
 _Timeout = float | tuple[float | None, float | None] | None
 
 
@@ -55,6 +54,7 @@ class PipelineRestCatalog(SessionHookRestCatalog):
     """``RestCatalog`` whose requests all have a deadline."""
 
     def session_ready(self, session: Session) -> None:
-        adapter = _DeadlineAdapter(float(self.properties.get(REQUEST_TIMEOUT, _DEFAULT_TIMEOUT_S)))
+        timeout_s = self.properties.get(REST_REQUEST_TIMEOUT, DEFAULT_REQUEST_TIMEOUT_S)
+        adapter = _DeadlineAdapter(float(timeout_s))
         session.mount("http://", adapter)
         session.mount("https://", adapter)

@@ -8,9 +8,9 @@ Every batch is counted: in the table once, nothing lost.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -69,22 +69,6 @@ def served(rest: RestCatalogServer, status: int) -> int:
     return sum(
         1 for line in rest.log_path.read_text().splitlines() if line.rstrip().endswith(f" {status}")
     )
-
-
-def in_thread(work: Callable[[], object]) -> threading.Thread:
-    """``work`` on a thread of its own (raising there fails the join's check)."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.errors = errors  # type: ignore[attr-defined]
-    return thread
 
 
 def test_the_first_commit_creates_the_missing_namespace_and_table(
@@ -160,12 +144,12 @@ def test_a_catalog_killed_mid_commit_and_restarted_has_the_batch_once(
         if fault is Fault.HALT_AFTER_ANSWER:  # answered: the next request meets no server
             write_and_commit(sink, 2, 20, 10)
 
-    writer = in_thread(commits)
-    assert rest.wait_exit(timeout_s=60) is not None, "the fault did not halt the server"
-    time.sleep(2)  # down a while: the writer's requests are refused meanwhile
-    rest.restart()  # on this (the main) thread: the server outlives no helper thread
-    writer.join(timeout=120)
-    assert not writer.is_alive() and not writer.errors  # type: ignore[attr-defined]
+    with ThreadPoolExecutor(1) as pool:
+        writer = pool.submit(commits)
+        assert rest.wait_exit(timeout_s=60) is not None, "the fault did not halt the server"
+        time.sleep(2)  # down a while: the writer's requests are refused meanwhile
+        rest.restart()  # on this (the main) thread: the server outlives no helper thread
+        writer.result(timeout=120)  # the writer's error, if any, raised here
     assert not rest.armed()
     assert offsets_of(sink) == list(range(10 * batches))
     assert snapshots_of(sink) == batches
@@ -199,10 +183,10 @@ def test_the_commit_creating_the_table_killed_after_applying_is_found(
 ) -> None:
     sink = sink_on(rest)
     rest.arm(Fault.HALT_AFTER_APPLY)  # the staged create and the first snapshot, unanswered
-    writer = in_thread(lambda: write_and_commit(sink, 0, 0, 10))
-    assert rest.wait_exit(timeout_s=60) is not None, "the fault did not halt the server"
-    rest.restart()
-    writer.join(timeout=120)
-    assert not writer.is_alive() and not writer.errors  # type: ignore[attr-defined]
+    with ThreadPoolExecutor(1) as pool:
+        writer = pool.submit(write_and_commit, sink, 0, 0, 10)
+        assert rest.wait_exit(timeout_s=60) is not None, "the fault did not halt the server"
+        rest.restart()
+        writer.result(timeout=120)  # the writer's error, if any, raised here
     assert offsets_of(sink) == list(range(10))
     assert snapshots_of(sink) == 1

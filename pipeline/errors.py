@@ -106,6 +106,13 @@ class LeaseLostError(FencedError):
     code = "lease-lost"
 
 
+class TableSetChanged(CommitError):
+    """A pending instant staged files for a table the configured set no longer holds
+    (a route removed or renamed before the instant was recovered)."""
+
+    code = "table-set"
+
+
 class OverlapError(PipelineError):
     """The batch re-reads offsets the table already holds and ``onOverlap: fail``."""
 

@@ -98,7 +98,7 @@ class AtLeastOnceCoordinator:
             Outcome.COMMITTED,
             records=checkpoint.records,
             dead_letter_records=staged.dead_letter_records,
-            files=len(staged.data_files) + len(staged.dead_letter_files),
+            files=len(staged.data_files) + len(staged.routed_files) + len(staged.dead_letter_files),
             ranges=ranges,
             committed=committed,
             timings={"write": t2 - t1, "commit": time.monotonic() - t2},

@@ -22,8 +22,9 @@ Operators, per batch (exactly-once mode)
                  refused (``CoverageError``) when the tasks' reads do not cover the
                  batch's ranges (invariant 8).
   7. commit   -- each table of the batch's set in commit order: dead letters, then one
-                 commit per main table carrying the checkpoint, each refused when a newer
-                 writer epoch owns the table (invariant 7); then COMPLETED(T).
+                 commit per main table carrying the checkpoint (in parallel when there
+                 are several), each refused when a newer writer epoch owns the table
+                 (invariant 7); then COMPLETED(T).
 
 The tables are a :class:`~pipeline.commit.table_set.CommitTables` (commit order and the
 roll-forward rule are the set's); what one batch carries through the operators -- its
@@ -79,6 +80,7 @@ from pipeline.commit.types import (
     RecordCounter,
     RereadFn,
     StagedBatch,
+    TableCommitter,
     WriteFn,
 )
 from pipeline.errors import CommitError
@@ -342,29 +344,30 @@ class Coordinator:
         self, inf: Inflight, batch_id: int, batch: InFlightBatch | None = None
     ) -> BatchOutcome:
         """Operator 7 (also recovery's recommit): each table of the set in commit order,
-        the main table's commit carrying the checkpoint last; then COMPLETED(T)."""
+        every main table's commit carrying the checkpoint; then COMPLETED(T)."""
         t0 = time.monotonic()
         checkpoint = self._checkpoint(inf)
         if self.tables.get(DEAD_LETTER) is None:  # its point is hit whatever the set holds
             self.faults.hit(FaultPoint.AFTER_DEAD_LETTER_COMMIT, batch_id)
-        for name, table in self.tables:
+        last = self.tables.last()
+
+        def commit_to(name: str, table: TableCommitter) -> None:
             if self.tables.needs_commit(inf, name):
                 table.commit([f.descriptor for f in inf.files_of(name)], checkpoint)
                 if batch is not None:
                     batch.committed_to.append(name)
-            self.faults.hit(self._after_commit_to(name), batch_id)
+            if name == DEAD_LETTER:
+                self.faults.hit(FaultPoint.AFTER_DEAD_LETTER_COMMIT, batch_id)
+            elif name != last:
+                self.faults.hit(FaultPoint.BETWEEN_TABLE_COMMITS, batch_id)
+
+        for name, table in self.tables.others():
+            commit_to(name, table)
+        self.tables.commit_mains(commit_to)
+        self.faults.hit(FaultPoint.AFTER_COMMIT, batch_id)
         self.timeline.complete(inf.time)
         self.faults.hit(FaultPoint.AFTER_COMMIT_BEFORE_CHECKPOINT, batch_id)
         return BatchOutcome.of_commit(batch_id, inf, checkpoint.epoch, time.monotonic() - t0)
-
-    def _after_commit_to(self, name: str) -> FaultPoint:
-        """The fault point after table ``name``'s commit (hit also when the batch had
-        nothing for it): the last main table's is the end of the commit."""
-        if name == DEAD_LETTER:
-            return FaultPoint.AFTER_DEAD_LETTER_COMMIT
-        if name == self.tables.last():
-            return FaultPoint.AFTER_COMMIT
-        return FaultPoint.BETWEEN_TABLE_COMMITS
 
 
 def make_coordinator(

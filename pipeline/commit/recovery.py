@@ -89,6 +89,7 @@ class Recovery:
         replayed = BatchIdentity(self.pipeline_id, incarnation, batch_id)
         pending = self._pending
         for inst in map(self.tables.upgraded, self.timeline.pending()):
+            self.tables.check_holds_tables_of(inst)
             b = inst.batch
             if (
                 b is not None

@@ -7,10 +7,12 @@ named ``main`` and a Hudi table, :mod:`pipeline.formats.both`). The names are th
 journal's staged-file lists carry, so an instant's files find their table again.
 
 Rules of the set (docs/design.md invariants 3 and 4)
-  * Commit order is fixed: dead letters first, then the main tables in their order. Each
-    main table's commit carries the checkpoint; the batch is done when all of them hold it
-    (:meth:`CommitTables.is_committed`), and the pipeline stands where the one furthest
-    behind stands (:meth:`CommitTables.committed_offsets`).
+  * Commit order is fixed: dead letters first, then the main tables (in parallel when
+    there are several, :meth:`CommitTables.commit_mains`). Each main table's commit
+    carries the checkpoint -- a table the batch routed nothing to too, with no files --
+    so the batch is done when all of them hold it (:meth:`CommitTables.is_committed`), and
+    the pipeline stands where the one furthest behind stands
+    (:meth:`CommitTables.committed_offsets`).
   * A batch committed to ANY table of the set is finished, never rolled back
     (:meth:`CommitTables.holds_any`): rolling it back would delete files a table
     references. Rollback undoes the tables in reverse commit order.
@@ -22,12 +24,14 @@ Rules of the set (docs/design.md invariants 3 and 4)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Protocol
 
 from pipeline.commit.instant import BatchIdentity, Inflight, Instant
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.types import DEAD_LETTER, MAIN, StagedBatch, TableCommitter
+from pipeline.errors import TableSetChanged
 
 __all__ = ["CommitTables", "StagedRoute", "one_main"]
 
@@ -54,6 +58,7 @@ class CommitTables:
         *,
         more_mains: Sequence[tuple[str, TableCommitter]] = (),
         route: StagedRoute = one_main,
+        commit_threads: int = 8,
     ) -> None:
         mains = [(MAIN, main), *more_mains]
         names = [name for name, _ in mains]
@@ -65,6 +70,7 @@ class CommitTables:
             self._tables[DEAD_LETTER] = dead_letter
         self._tables.update(mains)
         self.route = route
+        self.commit_threads = max(1, commit_threads)
 
     @property
     def main(self) -> TableCommitter:
@@ -89,6 +95,27 @@ class CommitTables:
         """``(name, table)`` in reverse commit order: rollback undoes the main tables
         first; begin, fence and refresh keep that order too."""
         return reversed(list(self._tables.items()))
+
+    def others(self) -> Iterator[tuple[str, TableCommitter]]:
+        """``(name, table)`` of the tables that are not main tables (dead letters)."""
+        return ((n, t) for n, t in self._tables.items() if n not in self._mains)
+
+    def commit_mains(self, commit: Callable[[str, TableCommitter], None]) -> None:
+        """``commit(name, table)`` for every main table: on a pool of at most
+        ``commit_threads`` when there are several, so the commit phase of many tables is
+        not one commit after another. Every call runs to its end before the first error
+        (in commit order) is raised: the set's roll-forward rule finishes the batch
+        whichever of its tables committed."""
+        mains = list(self.mains())
+        if len(mains) == 1 or self.commit_threads == 1:
+            for name, table in mains:
+                commit(name, table)
+            return
+        with ThreadPoolExecutor(min(self.commit_threads, len(mains)), "commit") as pool:
+            futures = [pool.submit(commit, name, table) for name, table in mains]
+            wait(futures)
+        for f in futures:
+            f.result()
 
     def last(self) -> str:
         """The name of the table committed last."""
@@ -130,8 +157,22 @@ class CommitTables:
     def staged_files(self, staged: StagedBatch) -> list[tuple[str, bytes]]:
         """``(table name, descriptor)`` of every file the workers staged: the main
         tables' files routed, then the dead letters."""
-        routed = [self.route(d) for d in staged.data_files]
+        routed = [self.route(d) for d in staged.data_files] + list(staged.routed_files)
         return routed + [(DEAD_LETTER, d) for d in staged.dead_letter_files]
+
+    def check_holds_tables_of(self, inst: Instant) -> None:
+        """TableSetChanged when ``inst`` staged files for a table this set does not hold
+        (a route removed before the instant was recovered): finishing it without that
+        table would lose its records, rolling it back could delete files another table
+        of the set references."""
+        inf = inst.inflight
+        unknown = sorted({f.table for f in inf.files} - set(self._tables)) if inf else []
+        if unknown:
+            raise TableSetChanged(
+                f"pending instant {inst.time} lists files for table(s) {', '.join(unknown)}, "
+                "which the configured set no longer holds: restore their routes until a run "
+                "has recovered it"
+            )
 
     def upgraded(self, inst: Instant) -> Instant:
         """``inst`` with its main-table files routed to their tables (a no-op for an
@@ -153,8 +194,9 @@ class CommitTables:
         return all(t.is_committed(batch, end) for _, t in self.mains())
 
     def committed_offsets(self, pipeline_id: str) -> PartitionOffsets | None:
-        """Where the pipeline stands: per partition, the main table furthest behind (the
-        tables commit in order, so a later one is never ahead)."""
+        """Where the pipeline stands: per partition, the main table furthest behind (every
+        main table commits every batch, so they differ by one batch at most, and only
+        while that batch's instant is pending)."""
         found = [o for _, t in self.mains() if (o := t.committed_offsets(pipeline_id))]
         if len(found) <= 1:
             return found[0] if found else None

@@ -55,6 +55,8 @@ class StagedBatch:
     """Workers' answer: staged (invisible) files and what they cover."""
 
     data_files: list[bytes] = field(default_factory=list)
+    # files a worker staged for a named main table of a routed set
+    routed_files: list[tuple[str, bytes]] = field(default_factory=list)
     dead_letter_files: list[bytes] = field(default_factory=list)
     stats: list[PartitionStats] = field(default_factory=list)
     dead_letter_records: int = 0

@@ -49,6 +49,8 @@ class CommitConfig(_Model):
     journal_retention: int = Field(default=100, ge=1)  # >= 1: instant times never reused
     # how long a commit or table load waits for an unreachable catalog before failing
     catalog_retry_seconds: float = Field(default=120.0, ge=0)
+    # several main tables (sink.routes): how many of their commits run at once
+    table_commit_threads: int = Field(default=8, ge=1, le=64)
 
 
 class MetricsConfig(_Model):

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from pipeline.config.base import _Model
+from pipeline.config.routes import IDENTIFIER, RoutesConfig
 from pipeline.errors import ConfigError
 
 #: The catalog property that carries ``requestTimeoutSeconds`` to the REST catalog
@@ -72,7 +73,10 @@ class SinkConfig(_Model):
     format: Literal["iceberg", "hudi", "both"] = "iceberg"  # both: one query, two tables
     hudi: HudiConfig | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
-    table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    table: str = Field(pattern=IDENTIFIER)
+    # several tables from one pipeline (pipeline/config/routes.py); sink.table is then the
+    # default table, and holds the instant journal
+    routes: RoutesConfig | None = None
     partition_by: list[str] = Field(default_factory=list)
     dead_letter_table: str | None = None
     table_properties: dict[str, str] = Field(default_factory=dict)

@@ -100,6 +100,9 @@ class DualTables:
             self.iceberg.dead_letter,
             more_mains=[(HUDI_MAIN, self.hudi.main)],
             route=route_both,
+            # one after the other: the Hudi table's commit is the one that may fail on its
+            # own timeline, and then the Iceberg one stands alone until recovery
+            commit_threads=1,
         )
 
     def maintenance(self) -> list[TableMaintenance]:

@@ -24,11 +24,12 @@ from pipeline.decode.arrow import refine_batch
 from pipeline.decode.json_values import RecordParser
 from pipeline.decode.spark import ERROR_COL
 from pipeline.decode.unknown_fields import MAX_NAMES, UNKNOWN_COL, tally
+from pipeline.spark.routes import Router
 from pipeline.spark.settle import settle
 
 RESULT_DDL = (
     "kind STRING, payload BINARY, topic STRING, partition INT, "
-    "min_offset BIGINT, max_offset BIGINT, records BIGINT, dropped BIGINT"
+    "min_offset BIGINT, max_offset BIGINT, records BIGINT, dropped BIGINT, table STRING"
 )
 RESULT_SCHEMA = pa.schema(
     [
@@ -40,6 +41,7 @@ RESULT_SCHEMA = pa.schema(
         ("max_offset", pa.int64()),
         ("records", pa.int64()),
         ("dropped", pa.int64()),
+        ("table", pa.string()),  # a routed data file: the name of its table in the set
     ]
 )
 
@@ -62,6 +64,10 @@ class TaskPlan:
     faults: str | None = None  # armed fault points (only "mid-write" acts here)
     # writer for the dead-letter table when it differs from the main table's
     dead_letter_write_files: FileWriter | None = None
+    # several main tables: the router picks each row's table, an index into ``routed``
+    # ((name in the set, write context) per table; ``main_ctx`` is unused)
+    router: Router | None = None
+    routed: tuple[tuple[str, Any], ...] = ()
 
 
 class _Buffer:
@@ -90,6 +96,33 @@ class _Buffer:
         self.out += write(self.ctx, self.batches, self.seed * 1000 + self.flushes)
         self.flushes += 1
         self.batches, self.nbytes = [], 0
+
+
+class _RoutedBuffers:
+    """One buffer per main table of a routed set, opened on its first row."""
+
+    def __init__(self, plan: TaskPlan, seed: int) -> None:
+        assert plan.router is not None
+        self.plan, self.router, self.seed = plan, plan.router, seed
+        self.buffers: dict[int, _Buffer] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        columns = list(self.plan.main_columns)
+        for index, rows in self.router.split(batch):
+            buffer = self.buffers.get(index)
+            if buffer is None:
+                ctx = self.plan.routed[index][1]
+                buffer = self.buffers[index] = _Buffer(self.plan, ctx, "data", self.seed)
+            buffer.add(rows.select(columns))
+
+    def flush(self) -> None:
+        for buffer in self.buffers.values():
+            buffer.flush()
+
+    def out(self) -> list[tuple[str, bytes]]:
+        """``(table name, descriptor)`` of every file staged."""
+        names = self.plan.routed
+        return [(names[i][0], d) for i, b in sorted(self.buffers.items()) for d in b.out]
 
 
 def _stats(batch: pa.RecordBatch, acc: dict[tuple[str, int], list[int]], slot: int) -> None:
@@ -139,6 +172,7 @@ def run_task(
 ) -> list[dict[str, Any]]:
     """Stage ``batches`` as data files; the result rows (``RESULT_SCHEMA``) describe them."""
     main = _Buffer(plan, plan.main_ctx, "data", seed)
+    routed = _RoutedBuffers(plan, seed) if plan.router is not None else None
     dead = (
         _Buffer(plan, plan.dead_letter_ctx, "dead_letter", seed) if plan.dead_letter_ctx else None
     )
@@ -161,13 +195,18 @@ def run_task(
         bad = pc.is_valid(batch.column(ERROR_COL))
         n_bad = pc.sum(bad).as_py() or 0
         good_batch = batch if n_bad == 0 else batch.filter(pc.invert(bad))
-        main.add(good_batch.select(list(plan.main_columns)))
+        if routed is not None:
+            routed.add(good_batch)
+        else:
+            main.add(good_batch.select(list(plan.main_columns)))
         if n_bad:
             dead_rows += n_bad
             if dead is None:
                 raise RuntimeError("undecodable records but no dead-letter table configured")
             dead.add(_dead_letter_rows(batch.filter(bad), plan.dead_letter_columns))
     main.flush()
+    if routed is not None:
+        routed.flush()
     if faults:
         from pipeline.commit.faults import FaultPoint, FaultPoints
 
@@ -176,7 +215,9 @@ def run_task(
         FaultPoints(faults).hit(FaultPoint.MID_WRITE, None)
     if dead is not None:
         dead.flush()
-    rows: list[dict[str, Any]] = [{"kind": "data", "payload": p} for p in main.out]
+    rows: list[dict[str, Any]] = [{"kind": "data", "payload": p, "table": None} for p in main.out]
+    if routed is not None:
+        rows += [{"kind": "data", "payload": p, "table": t} for t, p in routed.out()]
     if dead is not None:
         rows += [{"kind": "dead_letter", "payload": p} for p in dead.out]
     rows += [
@@ -316,7 +357,9 @@ def collect_staged(rows: Iterable[Any]) -> StagedBatch:
     staged = StagedBatch()
     for r in rows:
         kind = r["kind"]
-        if kind == "data":
+        if kind == "data" and r["table"] is not None:
+            staged.routed_files.append((r["table"], bytes(r["payload"])))
+        elif kind == "data":
             staged.data_files.append(bytes(r["payload"]))
         elif kind == "dead_letter":
             staged.dead_letter_files.append(bytes(r["payload"]))

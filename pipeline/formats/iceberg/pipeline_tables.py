@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -26,6 +26,7 @@ from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import MAIN
 from pipeline.config import PipelineConfig
 from pipeline.formats.iceberg.catalog import load_catalog
 from pipeline.formats.iceberg.catalog_table import IcebergTable
@@ -33,9 +34,23 @@ from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.data_file_codec import deserialize_data_file
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
 from pipeline.formats.iceberg.writer import write_data_files
+from pipeline.formats.routes import RoutedTable, check_route_field, table_routes
+from pipeline.spark.routes import Router
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for
 from pipeline.storage.journal_stores import journal_store_for
+
+
+def _unrouted(cfg: PipelineConfig) -> RoutedTable:
+    """``sink.table`` as the one main table of a pipeline without routes."""
+    sink = cfg.sink
+    return RoutedTable(
+        MAIN,
+        sink.table,
+        tuple(sink.partition_by),
+        dict(sink.table_properties),
+        sink.target_file_size_bytes,
+    )
 
 
 class IcebergCommitter:
@@ -141,6 +156,10 @@ class IcebergTables:
     main_schema: Schema
     data_ddl: str  # Spark DDL of the decoded (non-Kafka) columns
     flush_bytes: int
+    # a routed set (sink.routes): every main table but ``main``, by set name, in set order
+    more: list[tuple[str, IcebergCommitter]] = field(default_factory=list)
+    router: Router | None = None
+    commit_threads: int = 8
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig) -> IcebergTables:
@@ -150,26 +169,35 @@ class IcebergTables:
         fields = cfg.decode.field_specs()
         columns = table_columns(fields, raw=raw)
         schema = iceberg_schema(columns)
-        spec = (
-            build_partition_spec(schema, sink.partition_by)
-            if sink.partition_by
-            else (UNPARTITIONED_PARTITION_SPEC)
-        )
-        props = {
-            "write.target-file-size-bytes": str(sink.target_file_size_bytes),
-            **sink.table_properties,
-        }
         patience = cfg.commit.catalog_retry_seconds
-        main = IcebergTable(
-            catalog,
-            sink.table,
-            schema,
-            spec,
-            props,
-            catalog_retry_s=patience,
-            max_snapshots=sink.max_snapshots,
-            columns=columns,
-        )
+        routes = table_routes(cfg)
+        if routes is not None:
+            check_route_field(routes, [c.name for c in columns])
+        wanted = routes.tables if routes is not None else (_unrouted(cfg),)
+
+        def main_table(t: RoutedTable) -> IcebergCommitter:
+            spec = (
+                build_partition_spec(schema, list(t.partition_by))
+                if t.partition_by
+                else UNPARTITIONED_PARTITION_SPEC
+            )
+            props = {
+                "write.target-file-size-bytes": str(t.target_file_size_bytes),
+                **t.table_properties,
+            }
+            table = IcebergTable(
+                catalog,
+                t.identifier,
+                schema,
+                spec,
+                props,
+                catalog_retry_s=patience,
+                max_snapshots=sink.max_snapshots,
+                columns=columns,
+            )
+            return IcebergCommitter(table)
+
+        mains = [(t.name, main_table(t)) for t in wanted]
         dead = IcebergTable(
             catalog,
             sink.dead_letter_identifier,
@@ -180,27 +208,41 @@ class IcebergTables:
             max_snapshots=sink.max_snapshots,
         )
         return cls(
-            main=IcebergCommitter(main),
+            main=mains[0][1],
             dead_letter=IcebergCommitter(dead),
             main_schema=schema,
             data_ddl=spark_ddl(data_columns(columns)) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
+            more=mains[1:],
+            router=routes.router if routes is not None else None,
+            commit_threads=cfg.commit.table_commit_threads,
         )
 
+    def mains(self) -> list[tuple[str, IcebergCommitter]]:
+        """``(set name, committer)`` of every main table, in set order."""
+        return [(MAIN, self.main), *self.more]
+
     def schema_changes(self) -> list[Change]:
-        """The main table's planned column changes (SchemaChangeRefused: none may apply)."""
-        return self.main.iceberg.schema_changes()
+        """The main tables' planned column changes (SchemaChangeRefused: none may apply);
+        the tables of a routed set share their columns, so the first one's."""
+        changes = [c.iceberg.schema_changes() for _, c in self.mains()]
+        return changes[0]
 
     def evolve_schema(self) -> list[Change]:
-        """Apply them in one catalog commit; the changes applied."""
-        return self.main.iceberg.evolve_schema()
+        """Apply them, one catalog commit per table; the changes applied. A crash in
+        between is finished by the restart (every table is re-planned)."""
+        changes = [c.iceberg.evolve_schema() for _, c in self.mains()]
+        return changes[0]
 
     def commit_tables(self) -> CommitTables:
-        return CommitTables(self.main, self.dead_letter)
+        return CommitTables(
+            self.main, self.dead_letter, more_mains=self.more, commit_threads=self.commit_threads
+        )
 
     def maintenance(self) -> list[TableMaintenance]:
-        """Compaction and orphan cleanup of the main table, then the dead-letter table."""
-        committers = [self.main, *([self.dead_letter] if self.dead_letter else [])]
+        """Compaction and orphan cleanup of the main tables, then the dead-letter table."""
+        committers = [c for _, c in self.mains()]
+        committers += [self.dead_letter] if self.dead_letter else []
         return [IcebergMaintenance(c.iceberg, c.properties) for c in committers]
 
     def timeline(self, pipeline_id: str) -> InstantTimeline:
@@ -221,6 +263,7 @@ class IcebergTables:
         self, write_uuid: str, drop_below: PartitionOffsets | None = None, faults: str | None = None
     ) -> TaskPlan:
         dead: Any = self.dead_letter
+        routed = tuple((name, c.iceberg.write_context(write_uuid)) for name, c in self.mains())
         return TaskPlan(
             drop_below={(tp[0], tp[1]): off for tp, off in (drop_below or {}).items()},
             faults=faults,
@@ -230,4 +273,6 @@ class IcebergTables:
             dead_letter_ctx=dead.iceberg.write_context(write_uuid) if dead else None,
             dead_letter_columns=tuple(c.name for c in dead_letter_columns()),
             flush_bytes=self.flush_bytes,
+            router=self.router,
+            routed=routed if self.router is not None else (),
         )

@@ -6,6 +6,8 @@ roll-forward rule)."""
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,7 @@ from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import DEAD_LETTER, MAIN, Outcome, StagedBatch, WriteFn
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, TableSetChanged
 from pipeline.storage.local import LocalJournalStore
 
 
@@ -162,14 +164,19 @@ def _mirror_route(descriptor: bytes) -> tuple[str, bytes]:
 class _TwoMains:
     """A pipeline whose workers write every good row to two main tables."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, commit_threads: int = 1) -> None:
         self.kafka = FakeKafka({T0: list(range(40)), T1: list(range(30))}, {("t", 0, 4)})
         self.main, self.mirror, self.dl = MemTable("main"), MemTable(MIRROR), MemTable("dl")
         self.journal = tmp_path / "journal"
+        self.commit_threads = commit_threads  # 1: one after the other, as ``both`` commits
 
     def tables(self) -> CommitTables:
         return CommitTables(
-            self.main, self.dl, more_mains=[(MIRROR, self.mirror)], route=_mirror_route
+            self.main,
+            self.dl,
+            more_mains=[(MIRROR, self.mirror)],
+            route=_mirror_route,
+            commit_threads=self.commit_threads,
         )
 
     def driver(self, faults: str = "") -> Coordinator:
@@ -276,3 +283,80 @@ def test_one_main_table_routes_every_main_file_to_itself(tmp_path: Path) -> None
         CommitTables(main, more_mains=[(MAIN, MemTable("x"))])
     with pytest.raises(ValueError, match="distinct names"):
         CommitTables(main, more_mains=[(DEAD_LETTER, MemTable("x"))])
+
+
+def test_the_main_tables_of_a_set_commit_at_once_on_a_bounded_pool() -> None:
+    """Three main tables, two threads: two commits are in flight together (each waits
+    at a barrier of two, which one-after-the-other commits never pass), never three."""
+    barrier = threading.Barrier(2, timeout=10)
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def commit(name: str, table: object) -> None:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        if name != "c":
+            barrier.wait()
+        with lock:
+            running -= 1
+
+    tables = CommitTables(
+        MemTable("a"), more_mains=[("b", MemTable("b")), ("c", MemTable("c"))], commit_threads=2
+    )
+    tables.commit_mains(commit)
+    assert most == 2
+
+
+def test_a_failing_table_commit_lets_the_others_finish_then_raises() -> None:
+    done: list[str] = []
+
+    def commit(name: str, table: object) -> None:
+        if name == MAIN:
+            raise RuntimeError("catalog down")
+        time.sleep(0.05)
+        done.append(name)
+
+    tables = CommitTables(
+        MemTable("a"), more_mains=[("b", MemTable("b")), ("c", MemTable("c"))], commit_threads=3
+    )
+    with pytest.raises(RuntimeError, match="catalog down"):
+        tables.commit_mains(commit)
+    assert sorted(done) == ["b", "c"]
+
+
+def test_a_crash_while_main_tables_commit_at_once_is_rolled_forward(tmp_path: Path) -> None:
+    env = _TwoMains(tmp_path, commit_threads=2)
+    env.run(env.driver(), 0)
+    with pytest.raises(FaultInjected):
+        env.run(env.driver("between-table-commits:raise"), 1)
+    batch = BatchIdentity("p", "q", 1)
+    assert env.main.is_committed(batch)  # the point is hit after it; the mirror's may run
+    (pending,) = env.driver().timeline.pending()
+    assert env.tables().holds_any(batch, pending.end, pending.inflight)
+    assert env.run(env.driver(), 1) in (Outcome.RECOMMITTED, Outcome.REPLAY_SKIPPED)
+    env.assert_exactly_once()
+    assert env.tables().is_committed(batch)
+    assert not env.driver().timeline.pending()
+
+
+def test_a_pending_instant_for_a_table_the_set_no_longer_holds_stops_recovery(
+    tmp_path: Path,
+) -> None:
+    """A route removed while an instant that staged files for its table is pending:
+    recovering it into the remaining tables would lose those records, rolling it back
+    would delete files a committed table may reference. Recovery stops, naming both."""
+    env = _TwoMains(tmp_path)
+    env.run(env.driver(), 0)
+    with pytest.raises(FaultInjected):
+        env.run(env.driver("after-precommit:raise"), 1)
+    timeline = InstantTimeline(LocalJournalStore(str(env.journal)))
+    fewer = Coordinator("p", CommitTables(env.main, env.dl), timeline=timeline)
+    fewer.acquire_epoch()
+    end = TWO_BATCHES[1]
+    write = env.write(TWO_BATCHES[0], end)
+    with pytest.raises(TableSetChanged, match=rf"lists files for table\(s\) {MIRROR}"):
+        fewer.run_batch("q", 1, TWO_BATCHES[0], end, write)
+    assert not env.main.is_committed(BatchIdentity("p", "q", 1))
+    assert len(timeline.pending()) == 1  # nothing finished, nothing rolled back

@@ -255,6 +255,12 @@ _COMPANIONS = {
     **{f"decode.key.format={f}": _REGISTRY_VALUE for f in ("avro", "protobuf", "json-schema")},
     "decode.key.version=latest": [*_REGISTRY_VALUE, "decode.key.format=avro"],
     "sink.format=hudi": ["sink.hudi.basePath=/x"],
+    "sink.routes.by=topic": ["sink.routes.template=lake.t_{topic}"],
+    "sink.routes.by=field": ["sink.routes.field=event_type"],
+    **{
+        f"sink.routes.match={m}": ["sink.routes.by=field", "sink.routes.field=event_type"]
+        for m in ("exact", "regex")
+    },
     "sink.format=both": ["sink.hudi.basePath=/x"],
     **{
         f"sink.hudi.{key}={value}": ["sink.hudi.basePath=/x"]

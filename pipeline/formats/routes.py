@@ -1,0 +1,146 @@
+"""A pipeline's routed tables, resolved from ``sink.routes`` when it starts.
+
+:func:`table_routes` turns the configuration into the ordered tables of the set
+(:class:`RoutedTable`: ``sink.table`` first, under the set name ``main``, then every other
+table in the order the routes name them) and the workers' :class:`~pipeline.spark.routes.Router`,
+whose indices are positions in that order. Every format that writes routed tables opens
+them from here, so one configuration means one set everywhere: the writer, ``ingest
+status``, ``ingest verify`` and the drills.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pipeline.commit.types import MAIN
+from pipeline.config import PipelineConfig
+from pipeline.config.routes import RoutesConfig, RouteTable, table_for_topic
+from pipeline.errors import ConfigError
+from pipeline.spark.routes import Router
+
+__all__ = ["RoutedTable", "TableRoutes", "check_route_field", "table_routes"]
+
+
+@dataclass(frozen=True)
+class RoutedTable:
+    """One main table of a routed set, its per-table settings resolved."""
+
+    name: str  # in the set (and the journal's staged-file lists): main, else the identifier
+    identifier: str
+    partition_by: tuple[str, ...]
+    table_properties: dict[str, str]
+    target_file_size_bytes: int
+
+
+@dataclass(frozen=True)
+class TableRoutes:
+    tables: tuple[RoutedTable, ...]  # the set's main tables; the first is sink.table
+    router: Router
+
+    def values_of(self, identifier: str) -> list[str]:
+        """The topics or field values (patterns) routed to ``identifier`` (verify, docs)."""
+        index = [t.identifier for t in self.tables].index(identifier)
+        named = [v for v, i in self.router.exact.items() if i == index]
+        return named + [p for p, i in self.router.patterns if i == index]
+
+
+def _source_topics(cfg: PipelineConfig) -> list[str] | None:
+    """The topics the source names (None: a topic pattern, resolved by the broker)."""
+    if cfg.source.topics:
+        return list(cfg.source.topics)
+    if cfg.source.assign:
+        return list(cfg.source.assign)
+    return None
+
+
+def _entries(cfg: PipelineConfig, routes: RoutesConfig) -> list[tuple[str, RouteTable]]:
+    """``(topic, field value or pattern -> its table)`` in the configuration's order,
+    the template expanded over the source's topics."""
+    entries = list(routes.tables.items())
+    if routes.by != "topic":
+        return entries
+    topics = _source_topics(cfg)
+    if topics is not None:
+        unread = sorted(set(routes.tables) - set(topics))
+        if unread:
+            raise ConfigError(
+                f"sink.routes.tables names topics the source does not read: {', '.join(unread)}"
+            )
+    if routes.template is not None:
+        if topics is None:
+            raise ConfigError(
+                "sink.routes.template needs source.topics or source.assign: the tables of a "
+                "topic pattern's topics would only be known mid-run"
+            )
+        entries += [
+            (t, RouteTable(table=table_for_topic(routes.template, t)))
+            for t in topics
+            if t not in routes.tables
+        ]
+    return entries
+
+
+def _resolve(cfg: PipelineConfig, identifier: str, entry: RouteTable | None) -> RoutedTable:
+    sink = cfg.sink
+    return RoutedTable(
+        name=MAIN if identifier == sink.table else identifier,
+        identifier=identifier,
+        partition_by=tuple(
+            entry.partition_by
+            if entry is not None and entry.partition_by is not None
+            else sink.partition_by
+        ),
+        table_properties={**sink.table_properties, **(entry.table_properties if entry else {})},
+        target_file_size_bytes=(
+            entry.target_file_size_bytes
+            if entry is not None and entry.target_file_size_bytes is not None
+            else sink.target_file_size_bytes
+        ),
+    )
+
+
+def table_routes(cfg: PipelineConfig) -> TableRoutes | None:
+    """The routed set of ``cfg`` (None: one main table, no routes). ConfigError when two
+    routes give one table different settings or a route names the dead-letter table."""
+    routes = cfg.sink.routes
+    if routes is None:
+        return None
+    entries = _entries(cfg, routes)
+    default = routes.default or cfg.sink.table
+    chosen: dict[str, RouteTable | None] = {cfg.sink.table: None}
+    if default != cfg.sink.table:
+        chosen[default] = None
+    for _, entry in entries:
+        earlier = chosen.get(entry.table)
+        if earlier is not None and earlier != entry:
+            raise ConfigError(
+                f"sink.routes: table {entry.table} is routed to twice with different settings"
+            )
+        chosen[entry.table] = entry
+    if cfg.sink.dead_letter_identifier in chosen:
+        raise ConfigError(
+            f"sink.routes: {cfg.sink.dead_letter_identifier} is the dead-letter table, "
+            "not a routed table"
+        )
+    tables = tuple(_resolve(cfg, identifier, e) for identifier, e in chosen.items())
+    index = {t.identifier: i for i, t in enumerate(tables)}
+    exact: dict[str, int] = {}
+    patterns: list[tuple[str, int]] = []
+    for value, entry in entries:
+        if routes.match == "regex":
+            patterns.append((value, index[entry.table]))
+        else:
+            exact[value] = index[entry.table]
+    column = "_kafka_topic" if routes.by == "topic" else str(routes.field)
+    router = Router(column, exact, tuple(patterns), index[default])
+    return TableRoutes(tables, router)
+
+
+def check_route_field(routes: TableRoutes, columns: list[str]) -> None:
+    """ConfigError unless the router's column is one of the table's ``columns``."""
+    if routes.router.column not in columns:
+        raise ConfigError(
+            f"sink.routes.field {routes.router.column!r} is not a column of the table "
+            f"(columns: {', '.join(c for c in columns if not re.match('_kafka_', c))})"
+        )

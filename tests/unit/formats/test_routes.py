@@ -1,0 +1,106 @@
+"""A routed set resolved from the configuration: its tables in order and the router."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pipeline.commit.types import MAIN
+from pipeline.config import parse_config
+from pipeline.errors import ConfigError
+from pipeline.formats.routes import check_route_field, table_routes
+
+BASE: dict[str, Any] = {
+    "id": "p1",
+    "source": {"bootstrapServers": "localhost:9092", "topics": ["orders", "pay-ments", "misc"]},
+    "decode": {"schema": [{"name": "kind", "type": "string"}]},
+    "sink": {"table": "db.events", "partitionBy": ["kind"], "tableProperties": {"x": "1"}},
+    "checkpointLocation": "/tmp/ckpt",
+}
+
+
+def _routes(routes: dict[str, Any], **source: Any) -> Any:
+    doc = {**BASE, "sink": {**BASE["sink"], "routes": routes}}
+    if source:
+        doc["source"] = {"bootstrapServers": "localhost:9092", **source}
+    return table_routes(parse_config(doc))
+
+
+def test_no_routes_no_set() -> None:
+    assert table_routes(parse_config(BASE)) is None
+
+
+def test_sink_table_comes_first_as_main_and_overrides_apply_per_table() -> None:
+    routes = _routes(
+        {
+            "by": "topic",
+            "tables": {
+                "orders": {"table": "db.orders", "partitionBy": [], "tableProperties": {"y": "2"}}
+            },
+            "template": "lake.{topic}",
+        }
+    )
+    names = [(t.name, t.identifier) for t in routes.tables]
+    assert names == [
+        (MAIN, "db.events"),
+        ("db.orders", "db.orders"),
+        ("lake.pay_ments", "lake.pay_ments"),
+        ("lake.misc", "lake.misc"),
+    ]
+    orders = routes.tables[1]
+    assert orders.partition_by == () and orders.table_properties == {"x": "1", "y": "2"}
+    assert routes.tables[2].partition_by == ("kind",)
+    assert routes.router.column == "_kafka_topic"
+    assert routes.router.exact == {"orders": 1, "pay-ments": 2, "misc": 3}
+    assert routes.values_of("lake.misc") == ["misc"]
+
+
+def test_a_route_may_name_sink_table_itself() -> None:
+    routes = _routes({"by": "topic", "tables": {"orders": "db.events", "misc": "db.m"}})
+    assert [t.identifier for t in routes.tables] == ["db.events", "db.m"]
+    assert routes.router.exact == {"orders": 0, "misc": 1} and routes.router.default == 0
+
+
+def test_field_routes_keep_their_order_and_a_default() -> None:
+    routes = _routes(
+        {
+            "by": "field",
+            "field": "kind",
+            "match": "regex",
+            "tables": {"a.*": "db.a", "ab": "db.b"},
+            "default": "db.rest",
+        }
+    )
+    assert [t.identifier for t in routes.tables] == ["db.events", "db.rest", "db.a", "db.b"]
+    assert routes.router.patterns == (("a.*", 2), ("ab", 3)) and routes.router.default == 1
+    check_route_field(routes, ["kind", "_kafka_topic"])
+    with pytest.raises(ConfigError, match="sink.routes.field 'kind' is not a column"):
+        check_route_field(routes, ["other"])
+
+
+@pytest.mark.parametrize(
+    ("routes", "source", "message"),
+    [
+        ({"by": "topic", "tables": {"nope": "db.n"}}, {}, "topics the source does not read: nope"),
+        (
+            {"by": "topic", "template": "lake.{topic}"},
+            {"topicPattern": "o.*"},
+            "needs source.topics or source.assign",
+        ),
+        (
+            {
+                "by": "topic",
+                "tables": {"orders": "db.x", "misc": {"table": "db.x", "partitionBy": []}},
+            },
+            {},
+            "db.x is routed to twice with different settings",
+        ),
+        ({"by": "topic", "tables": {"orders": "db.events_dead_letter"}}, {}, "is the dead-letter"),
+    ],
+)
+def test_a_set_the_source_or_the_tables_contradict_is_refused(
+    routes: dict[str, Any], source: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _routes(routes, **source)

@@ -5,6 +5,8 @@ Kafka is the truth: per partition, every offset in ``[low, high)`` of the waterm
 after the producer finished is a record that must appear exactly once (the bench's
 producers are idempotent and not transactional, so a topic's offsets have no gaps and no
 control records). Vectorised with Arrow: one ``group_by`` over the rows, no per-row Python.
+A system writing many topics into a table each is counted table by table
+(:func:`tally_routed`).
 """
 
 from __future__ import annotations
@@ -56,3 +58,25 @@ def tally(rows: pa.Table, topic: str, ranges: Mapping[int, tuple[int, int]]) -> 
     duplicated = int(pc.sum(pc.filter(pc.subtract(n, 1), ok)).as_py() or 0)
     unexpected = int(pc.sum(pc.filter(n, pc.invert(ok))).as_py() or 0)
     return Tally(expected, present, expected - present, duplicated, unexpected)
+
+
+def tally_routed(
+    rows_by_topic: Mapping[str, pa.Table], ranges: Mapping[str, Mapping[int, tuple[int, int]]]
+) -> dict[str, Tally]:
+    """Per topic, the rows of the table that topic is routed to against the topic's own
+    ``ranges``: a record written to another topic's table is missing from its own and
+    unexpected in the other, so every tally exactly once means each record sits once in
+    its topic's table and nowhere else."""
+    return {topic: tally(rows_by_topic[topic], topic, r) for topic, r in ranges.items()}
+
+
+def total(tallies: Mapping[str, Tally]) -> Tally:
+    """Many tallies added up (exactly once iff each is)."""
+    parts = list(tallies.values())
+    return Tally(
+        expected=sum(t.expected for t in parts),
+        present=sum(t.present for t in parts),
+        missing=sum(t.missing for t in parts),
+        duplicated=sum(t.duplicated for t in parts),
+        unexpected=sum(t.unexpected for t in parts),
+    )

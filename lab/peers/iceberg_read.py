@@ -7,7 +7,8 @@
 * :func:`rows` reads the Kafka coordinates with pyiceberg; each data file's rows carry the
   ``timestamp-ms`` of the snapshot that added the file (its manifest entry's snapshot id).
 * :func:`table_progress` / :func:`table_rows`: the same for a table loaded from a catalog
-  (this pipeline's, Iceberg's Kafka Connect sink's), whatever its coordinate columns.
+  (this pipeline's, Iceberg's Kafka Connect sink's), whatever its coordinate columns;
+  :func:`combine`: the progress of a system's many tables as one.
 
 The newest version is the highest ``v<N>`` listed, not ``version-hint.text`` (the hint is
 written after the version; Iceberg's own Hadoop catalog looks past it the same way). A
@@ -96,6 +97,19 @@ def table_progress(table: Any) -> Progress:
     if table is None:
         return Progress(records=0, commits=0, data_files=0, data_bytes=0)
     return _progress(table.metadata.model_dump(by_alias=True))
+
+
+def combine(parts: list[Progress]) -> Progress:
+    """The progress of many tables written by one system as one: counts added up, the
+    earliest first commit."""
+    firsts = [p.first_commit_ms for p in parts if p.first_commit_ms is not None]
+    return Progress(
+        records=sum(p.records for p in parts),
+        commits=sum(p.commits for p in parts),
+        data_files=sum(p.data_files for p in parts),
+        data_bytes=sum(p.data_bytes for p in parts),
+        first_commit_ms=min(firsts) if firsts else None,
+    )
 
 
 def table_rows(table: Any, columns: Columns) -> pa.Table:

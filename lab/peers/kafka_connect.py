@@ -13,9 +13,10 @@ Set-up (:meth:`IcebergKafkaConnectPeer.prepare`, outside the meter): the manifes
 ``peer-iceberg-connect`` (the worker's class path) and ``peer-iceberg-connect-plugin`` (the
 sink, its transforms, iceberg-parquet/-orc, hadoop-common, sqlite-jdbc), the plugin directory
 under ``job.work`` (links to the set's jars: Iceberg's runtime zip is not on Maven
-Central), the control topic, and the table, pre-created with pyiceberg so every column has
-the events' own type (the sink's auto-create infers types from the first schemaless record:
-``ts`` would be a string and a null ``amount`` untyped). Files: :mod:`.kafka_connect_config`.
+Central), the control topic, and the table (one per topic for a job of many topics),
+pre-created with pyiceberg so every column has the events' own type (the sink's auto-create
+infers types from the first schemaless record: ``ts`` would be a string and a null
+``amount`` untyped). Files: :mod:`.kafka_connect_config`.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class IcebergKafkaConnectPeer:
             "catalog": "Iceberg JdbcCatalog on the job's SQLite file (pyiceberg SqlCatalog "
             "reads it); table pre-created with the events' types",
             "coordinates": f"KafkaMetadataTransform: {', '.join(_COLUMNS)}",
+            "tables": "one; many topics: one table each, iceberg.tables.route-field = "
+            f"{conf.ROUTE_FIELD} and an exact route-regex per table",
             "commit interval": "iceberg.control.commit.interval-ms = the trigger's interval, "
             f"at least {conf.MIN_COMMIT_INTERVAL_MS} ms (the coordinator's poll)",
             "tasks.max": "1 (two tasks in one standalone worker both elected themselves "
@@ -97,8 +100,9 @@ class IcebergKafkaConnectPeer:
         namespace = conf.TABLE.split(".")[0]
         with contextlib.suppress(NamespaceAlreadyExistsError):
             catalog.create_namespace(namespace)
-        with contextlib.suppress(TableAlreadyExistsError):  # a restart keeps its table
-            catalog.create_table(conf.TABLE, schema=table_schema(job.payload))
+        for table in conf.tables(job).values():
+            with contextlib.suppress(TableAlreadyExistsError):  # a restart keeps its tables
+                catalog.create_table(table, schema=table_schema(job.payload))
 
     def _catalog(self, job: PeerJob) -> Any:
         from pipeline.formats.iceberg.catalog import load_catalog
@@ -132,13 +136,26 @@ class IcebergKafkaConnectPeer:
 
     # ------------------------------------------------------------------ table
 
-    def _table(self, job: PeerJob) -> Any:
+    def _table(self, job: PeerJob, name: str = conf.TABLE) -> Any:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self._catalog(job).load_table(conf.TABLE)
+            return self._catalog(job).load_table(name)
         except NoSuchTableError:
             return None
+
+    def _tables(self, job: PeerJob) -> dict[str, Any]:
+        """Table name -> the table (None: not created yet), one catalog for all."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        catalog = self._catalog(job)
+        out: dict[str, Any] = {}
+        for name in conf.tables(job).values():
+            try:
+                out[name] = catalog.load_table(name)
+            except NoSuchTableError:
+                out[name] = None
+        return out
 
     def lose_checkpoint(self, job: PeerJob) -> str:
         """The sink's consumer group: the offsets its tasks commit in the same transaction
@@ -165,12 +182,32 @@ class IcebergKafkaConnectPeer:
         return conf.paths(job).warehouse
 
     def progress(self, job: PeerJob) -> Progress:
-        return iceberg_read.table_progress(self._table(job))
+        """Over every table of the job: records, commits, files and bytes added up."""
+        return iceberg_read.combine(
+            [iceberg_read.table_progress(t) for t in self._tables(job).values()]
+        )
+
+    def table_progress(self, job: PeerJob) -> dict[str, Progress]:
+        """Topic -> the progress of its own table."""
+        tables = self._tables(job)
+        return {
+            topic: iceberg_read.table_progress(tables[name])
+            for topic, name in conf.tables(job).items()
+        }
 
     def rows(self, job: PeerJob) -> pa.Table:
         """Every row's coordinates, with the commit time of the snapshot that added its
-        data file."""
-        return iceberg_read.table_rows(self._table(job), _COLUMNS)
+        data file (all tables of the job together)."""
+        return pa.concat_tables(self.table_rows(job).values())
+
+    def table_rows(self, job: PeerJob) -> dict[str, pa.Table]:
+        """Topic -> the coordinates of every row of that topic's table (whichever topic
+        each row came from: a misrouted record shows here)."""
+        tables = self._tables(job)
+        return {
+            topic: iceberg_read.table_rows(tables[name], _COLUMNS)
+            for topic, name in conf.tables(job).items()
+        }
 
 
 def table_schema(payload: bool) -> Any:

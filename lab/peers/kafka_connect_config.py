@@ -12,7 +12,13 @@ Invariants:
   record's coordinates as flat columns ``_kafka_metadata_{topic,partition,offset,timestamp}``;
 * the table is pre-created (auto-create and schema evolution off): the sink only appends;
 * the catalog is Iceberg's ``JdbcCatalog`` on the same SQLite file and under the same
-  catalog name as pyiceberg's ``SqlCatalog`` (its V1 schema; JdbcCatalog keys rows by name).
+  catalog name as pyiceberg's ``SqlCatalog`` (its V1 schema; JdbcCatalog keys rows by name);
+* a job of many topics (``PeerJob.topics``) writes each topic into a table of its own the
+  way Iceberg's docs route statically: ``iceberg.tables`` lists every table,
+  ``iceberg.tables.route-field`` names the transform's topic column, and each table's
+  ``iceberg.table.<table>.route-regex`` matches its topic's name alone (the sink tests
+  the whole value, ``Matcher.matches``; a record no regex matches is dropped). A job of
+  one topic sets no route field: the sink writes every record to its one table.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pipeline.durations import seconds_of
 CATALOG = "connect"  # pyiceberg's SqlCatalog name = the sink's iceberg.catalog
 TABLE = "bench.events"
 META = "_kafka_metadata"  # KafkaMetadataTransform's default field_name (flat, not nested)
+#: the column the transform writes each record's topic to: what a many-table job routes by
+ROUTE_FIELD = f"{META}_topic"
 #: The coordinator polls its control topic for 1 s per loop (Iceberg 1.11's
 #: Coordinator.POLL_DURATION) and checks the interval between polls: a shorter interval
 #: than this commits no sooner. The config itself has no minimum (default 300,000 ms).
@@ -72,8 +80,24 @@ def paths(job: PeerJob) -> ConnectPaths:
 
 def job_id(job: PeerJob) -> str:
     """Stable for one job (restarts resume), distinct between jobs."""
-    key = f"{job.work.resolve()}\0{job.topic}".encode()
+    key = "\0".join((str(job.work.resolve()), *job.all_topics)).encode()
     return hashlib.sha256(key).hexdigest()[:12]
+
+
+def tables(job: PeerJob) -> dict[str, str]:
+    """Topic -> the table it is written to: :data:`TABLE` for a one-topic job, else one
+    table per topic, named by the topic's place in ``job.topics`` (topic names may hold
+    dots, which would read as namespaces)."""
+    if not job.topics:
+        return {job.topic: TABLE}
+    namespace = TABLE.split(".")[0]
+    return {t: f"{namespace}.events_{i:02d}" for i, t in enumerate(job.topics)}
+
+
+def route_regex(topic: str) -> str:
+    """A Java regex matching exactly ``topic`` (``\\Q…\\E`` quotes every character, and
+    the sink matches the whole value; the anchors say so to a reader)."""
+    return f"^\\Q{topic}\\E$"
 
 
 def connector_name(job: PeerJob) -> str:
@@ -130,10 +154,10 @@ def sink_properties(job: PeerJob) -> dict[str, str]:
         # first partition" among its own and both led; every commit then waited the 30 s
         # timeout for the other half of the partitions (seen on 4 partitions, 2 tasks)
         "tasks.max": "1",
-        "topics": job.topic,
+        "topics": ",".join(job.all_topics),
         "transforms": "kafka",
         "transforms.kafka.type": "org.apache.iceberg.connect.transforms.KafkaMetadataTransform",
-        "iceberg.tables": TABLE,
+        **table_properties(job),
         "iceberg.tables.auto-create-enabled": "false",
         "iceberg.tables.evolve-schema-enabled": "false",
         "iceberg.catalog": CATALOG,
@@ -149,6 +173,17 @@ def sink_properties(job: PeerJob) -> dict[str, str]:
         # the control topic's clients; the worker file is read too (sun.java.command)
         "iceberg.kafka.bootstrap.servers": job.bootstrap,
     }
+
+
+def table_properties(job: PeerJob) -> dict[str, str]:
+    """``iceberg.tables`` and, for many topics, the static route of each to its table."""
+    by_topic = tables(job)
+    props = {"iceberg.tables": ",".join(by_topic.values())}
+    if job.topics:
+        props["iceberg.tables.route-field"] = ROUTE_FIELD
+        for topic, table in by_topic.items():
+            props[f"iceberg.table.{table}.route-regex"] = route_regex(topic)
+    return props
 
 
 def log4j2_properties() -> str:

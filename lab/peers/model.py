@@ -59,6 +59,21 @@ class PeerJob:
     #: interval such as ``1 second`` (freshness runs; Connect: its commit interval)
     trigger: str = "available-now"
     cores: int = 2  # executor cores (Spark ``local[N]``; Connect: ``tasks.max``)
+    #: many tables from one job: every one of these topics (``partitions`` each) into a
+    #: table of its own, ``topic`` being the first; empty: ``topic`` into the one table.
+    #: Only systems that route by topic take it (Iceberg's Kafka Connect sink).
+    topics: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.topics and self.topic != self.topics[0]:
+            raise ValueError(f"topic {self.topic!r} is not the first of topics {self.topics}")
+        if len(set(self.topics)) != len(self.topics):
+            raise ValueError(f"a topic appears twice in {self.topics}")
+
+    @property
+    def all_topics(self) -> tuple[str, ...]:
+        """Every topic the job reads (one unless ``topics`` is given)."""
+        return self.topics or (self.topic,)
 
 
 @dataclass(frozen=True)

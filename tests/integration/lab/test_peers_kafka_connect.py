@@ -7,6 +7,11 @@ hold each produced (topic, partition, offset) exactly once, with the record's Ka
 timestamp and the committing snapshot's time. The same SQLite catalog file is written by
 Iceberg's JdbcCatalog (Java) and read by pyiceberg's SqlCatalog: the snapshots pyiceberg
 sees carry the sink's own summary properties.
+
+Many tables from one job: three topics routed by the sink's static routes (the topic
+column as route field, an exact regex per table) into a table each, run and measured by
+the bench's own entry point; names chosen so that an unquoted or unanchored regex would
+route a topic's records into a neighbour's table too.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import pytest
 from support.kafka_fixtures import KafkaTestBroker
 
 from lab.generator import GeneratorSpec, generate_events, produce
+from lab.peers import kafka_connect_config as conf
+from lab.peers.connect_tables import run_connect_tables
 from lab.peers.kafka_connect import IcebergKafkaConnectPeer
 from lab.peers.model import COORDS, PeerJob
 
@@ -128,3 +135,59 @@ def test_iceberg_kafka_connect_exactly_once(kafka_broker: KafkaTestBroker, tmp_p
         ts = datetime.fromisoformat(event["ts"].replace("Z", "+00:00"))
         want[event["event_id"]] = (ts, event["amount"])
     assert got == want
+
+
+def test_iceberg_kafka_connect_many_tables(kafka_broker: KafkaTestBroker, tmp_path: Path) -> None:
+    base = kafka_broker.new_topic("peer-kcm", PARTITIONS)
+    # "<base>.1" as a bare regex also matches "<base>x1"; "<base>" unanchored, all three
+    topics = [f"{base}.1", f"{base}x1", base]
+    for t in topics[:2]:
+        kafka_broker.create_topic(t, PARTITIONS)
+    counts = {t: n for t, n in zip(topics, (1_000, 1_500, 2_000), strict=True)}
+    expected: dict[str, set[tuple[str, int, int]]] = {}
+    for i, (t, n) in enumerate(counts.items()):
+        produced = produce(
+            kafka_broker.bootstrap_servers, t, GeneratorSpec(count=n, seed=31 + i), PARTITIONS
+        )
+        assert produced.produced == n
+        expected[t] = {
+            (t, p, o)
+            for (_, p), (first, last) in produced.offsets.items()
+            for o in range(first, last + 1)
+        }
+
+    result = run_connect_tables(
+        kafka_broker.bootstrap_servers, topics, tmp_path / "job", batch=500, timeout_s=TIMEOUT_S
+    )
+
+    total = sum(counts.values())
+    assert result.run.records == total and result.run.cpu_s > 0
+    assert result.run.peak_rss_bytes > 50 * 2**20  # the cgroup saw the worker's JVM
+    assert len(set(result.tables.values())) == len(topics)
+    assert result.table_records == {result.tables[t]: n for t, n in counts.items()}
+    assert result.exactly_once, {t: x.as_dict() for t, x in result.tallies.items()}
+
+    # the same, counted here from the tables themselves: each holds its topic's records,
+    # each once, and none of another topic's
+    job = PeerJob(
+        kafka_broker.bootstrap_servers,
+        topics[0],
+        PARTITIONS,
+        False,
+        tmp_path / "job",
+        topics=tuple(topics),
+    )
+    by_topic = IcebergKafkaConnectPeer().table_rows(job)
+    for t in topics:
+        rows = by_topic[t]
+        triples = list(
+            zip(
+                rows["topic"].to_pylist(),
+                rows["partition"].to_pylist(),
+                rows["offset"].to_pylist(),
+                strict=True,
+            )
+        )
+        assert len(triples) == counts[t] and set(triples) == expected[t], t
+    sink = (tmp_path / "job" / "connect" / "sink.properties").read_text()
+    assert f"iceberg.tables.route-field={conf.ROUTE_FIELD}\n" in sink

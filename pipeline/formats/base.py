@@ -35,6 +35,7 @@ from pipeline.commit.offsets import PartitionOffsets, TopicPartition
 from pipeline.commit.table_set import CommitTables
 from pipeline.commit.types import StagedBatch
 from pipeline.config import PipelineConfig
+from pipeline.spark.routes import Router
 from pipeline.spark.writer import TaskPlan
 
 if TYPE_CHECKING:
@@ -67,10 +68,17 @@ class TableRef:
 @dataclass(frozen=True)
 class TableSet:
     """A main table and the dead-letter table holding the records it did not take
-    (``both``: the Hudi main table shares the Iceberg dead-letter table)."""
+    (``both``: the Hudi main table shares the Iceberg dead-letter table).
+
+    A routed set (``sink.routes``, docs/design.md invariant 16) is one ``TableSet`` per
+    main table, all sharing one dead-letter table: ``route`` gives each decoded record its
+    table's index, and this table takes the records routed to ``index``. Without a route
+    the main table takes every decoded record."""
 
     main: TableRef
     dead_letter: TableRef
+    route: Router | None = None
+    index: int = 0
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ EXTENDED: dict[str, int] = {
     "tests/integration/lab/test_peers_spark_sinks.py::test_peer_drains_the_topic_exactly_once[spark-hudi-sink]": 6,  # ~60 s
     "tests/integration/lab/test_peers_spark_sinks.py::test_iceberg_peer_stops_on_sigterm_and_resumes": 2,  # ~25 s
     "tests/integration/lab/test_peers_kafka_connect.py::test_iceberg_kafka_connect_exactly_once": 6,  # ~20 s
+    "tests/integration/lab/test_peers_kafka_connect.py::test_iceberg_kafka_connect_many_tables": 1,  # ~21 s
     "tests/integration/decode/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 5,  # 22 s
     "tests/integration/decode/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 0,  # 2 s
     "tests/integration/decode/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 3,  # 6 s

@@ -8,6 +8,7 @@ from typing import Any
 
 from pipeline.config import PipelineConfig
 from pipeline.formats.base import TableRef, TableSet, TableStatus
+from pipeline.formats.routes import table_routes
 
 
 class IcebergFormat:
@@ -22,17 +23,19 @@ class IcebergFormat:
         return [("sink.catalog.warehouse", cfg.sink.catalog.warehouse)]
 
     def table_sets(self, cfg: PipelineConfig) -> list[TableSet]:
+        dead = TableRef("iceberg", cfg.sink.dead_letter_identifier)
+        routes = table_routes(cfg)
+        if routes is None:
+            return [TableSet(TableRef("iceberg", cfg.sink.table), dead)]
         return [
-            TableSet(
-                TableRef("iceberg", cfg.sink.table),
-                TableRef("iceberg", cfg.sink.dead_letter_identifier),
-            )
+            TableSet(TableRef("iceberg", t.identifier), dead, routes.router, i)
+            for i, t in enumerate(routes.tables)
         ]
 
     def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
         from pipeline.formats.iceberg.status import iceberg_table_status
 
-        return [iceberg_table_status(tables.main, pipeline_id)]
+        return [iceberg_table_status(c, pipeline_id) for _, c in tables.mains()]
 
     def local_sink(self, workdir: Path) -> dict[str, Any]:
         return {}

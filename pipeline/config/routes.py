@@ -12,7 +12,9 @@ Two ways to route (``by``):
 Records no entry names go to ``default`` (``sink.table`` unless set).
 
 A table entry is an identifier or an object with per-table overrides of the sink's
-``partitionBy``, ``tableProperties`` and ``targetFileSizeBytes``. The set of tables is
+``partitionBy``, ``tableProperties`` and ``targetFileSizeBytes`` (Iceberg), and of
+``sink.hudi``'s ``basePath``, ``recordKeyFields`` and ``partitionFields`` (Hudi; the base
+path defaults to ``<the directory of sink.hudi.basePath>/<table name>``). The set of tables is
 fixed by the configuration (docs/design.md invariant 16): routes are resolved when the
 pipeline starts, never discovered mid-run.
 """
@@ -40,6 +42,9 @@ class RouteTable(_Model):
     partition_by: list[str] | None = None
     table_properties: dict[str, str] = Field(default_factory=dict)
     target_file_size_bytes: int | None = Field(default=None, ge=1024)
+    base_path: str | None = Field(default=None, min_length=1)  # Hudi
+    record_key_fields: list[str] | None = None  # Hudi
+    partition_fields: list[str] | None = None  # Hudi
 
 
 class RoutesConfig(_Model):

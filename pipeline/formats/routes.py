@@ -31,6 +31,10 @@ class RoutedTable:
     partition_by: tuple[str, ...]
     table_properties: dict[str, str]
     target_file_size_bytes: int
+    # Hudi tables: the route's overrides of sink.hudi (None: the format's default)
+    base_path: str | None = None
+    record_key_fields: tuple[str, ...] | None = None
+    partition_fields: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,33 @@ def _resolve(cfg: PipelineConfig, identifier: str, entry: RouteTable | None) -> 
             if entry is not None and entry.target_file_size_bytes is not None
             else sink.target_file_size_bytes
         ),
+        base_path=entry.base_path if entry else None,
+        record_key_fields=_tuple(entry.record_key_fields if entry else None),
+        partition_fields=_tuple(entry.partition_fields if entry else None),
     )
+
+
+def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(values) if values is not None else None
+
+
+_HUDI_KEYS = {"base_path": "basePath", "record_key_fields": "recordKeyFields"}
+_HUDI_KEYS["partition_fields"] = "partitionFields"
+_ICEBERG_KEYS = {"partition_by": "partitionBy", "table_properties": "tableProperties"}
+
+
+def _check_format_keys(cfg: PipelineConfig, entries: list[tuple[str, RouteTable]]) -> None:
+    """ConfigError for a route's override the configured format does not have."""
+    fmt = cfg.sink.format
+    if fmt == "both":
+        raise ConfigError("sink.routes is for sink.format iceberg or hudi, not both")
+    foreign = _HUDI_KEYS if fmt == "iceberg" else _ICEBERG_KEYS
+    for key, entry in entries:
+        for attr, name in foreign.items():
+            if getattr(entry, attr):
+                raise ConfigError(
+                    f"sink.routes.tables.{key}.{name} is not a setting of sink.format {fmt}"
+                )
 
 
 def table_routes(cfg: PipelineConfig) -> TableRoutes | None:
@@ -123,6 +153,7 @@ def table_routes(cfg: PipelineConfig) -> TableRoutes | None:
             f"sink.routes: {cfg.sink.dead_letter_identifier} is the dead-letter table, "
             "not a routed table"
         )
+    _check_format_keys(cfg, entries)
     tables = tuple(_resolve(cfg, identifier, e) for identifier, e in chosen.items())
     index = {t.identifier: i for i, t in enumerate(tables)}
     exact: dict[str, int] = {}

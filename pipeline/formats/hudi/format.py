@@ -9,6 +9,7 @@ from typing import Any
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.formats.base import TableRef, TableSet, TableStatus
+from pipeline.formats.routes import table_routes
 
 
 def hudi_locations(cfg: PipelineConfig) -> tuple[str, str]:
@@ -50,12 +51,20 @@ class HudiFormat:
 
     def table_sets(self, cfg: PipelineConfig) -> list[TableSet]:
         base, dead = hudi_locations(cfg)
-        return [TableSet(TableRef("hudi", base), TableRef("hudi", dead))]
+        routes = table_routes(cfg)
+        if routes is None:
+            return [TableSet(TableRef("hudi", base), TableRef("hudi", dead))]
+        from pipeline.formats.hudi.pipeline_tables import routed_bases
+
+        return [
+            TableSet(TableRef("hudi", location), TableRef("hudi", dead), routes.router, i)
+            for i, (_, location) in enumerate(routed_bases(cfg, routes))
+        ]
 
     def status(self, tables: Any, pipeline_id: str) -> list[TableStatus]:
         from pipeline.formats.hudi.status import hudi_table_status
 
-        return [hudi_table_status(tables.main, pipeline_id)]
+        return [hudi_table_status(c, pipeline_id) for _, c in tables.mains()]
 
     def local_sink(self, workdir: Path) -> dict[str, Any]:
         return {"hudi": {"basePath": str(workdir / "hudi" / "events")}}

@@ -19,7 +19,8 @@ coordinator feeding several main tables can hold a ``HudiCommitter`` next to an
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from pipeline.columns import (
     data_columns,
@@ -31,6 +32,7 @@ from pipeline.columns.evolution import Change
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import MAIN
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError
 from pipeline.formats.hudi.committer import HudiCommitter
@@ -41,6 +43,8 @@ from pipeline.formats.hudi.layout import TablePaths, parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
 from pipeline.formats.hudi.storage import is_object_store, table_base
 from pipeline.formats.hudi.writer import write_base_files
+from pipeline.formats.routes import RoutedTable, TableRoutes, check_route_field, table_routes
+from pipeline.spark.routes import Router
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.s3_settings import S3Settings
 
@@ -52,6 +56,44 @@ def _split_identifier(identifier: str) -> tuple[str, str]:
     return database.split(".")[-1] or "default", name
 
 
+def _named(cfg: PipelineConfig, routes: TableRoutes | None) -> Iterator[tuple[str, RoutedTable]]:
+    """``(set name, table)`` of the main tables (one, unrouted: ``sink.table``)."""
+    if routes is None:
+        sink = cfg.sink
+        yield MAIN, RoutedTable(MAIN, sink.table, (), {}, sink.target_file_size_bytes)
+        return
+    for t in routes.tables:
+        yield t.name, t
+
+
+def routed_bases(cfg: PipelineConfig, routes: TableRoutes | None) -> list[tuple[RoutedTable, str]]:
+    """Each main table and its base path: ``sink.hudi.basePath`` for ``sink.table``, a
+    route's own ``basePath``, else ``<the directory of sink.hudi.basePath>/<table name>``.
+    ConfigError when two tables would share one."""
+    hudi = cfg.sink.hudi
+    assert hudi is not None
+    main = table_base(hudi.base_path)
+    parent = main.rstrip("/").rsplit("/", 1)[0]
+    out: list[tuple[RoutedTable, str]] = []
+    for name, table in _named(cfg, routes):
+        if name == MAIN:
+            base = main
+        elif table.base_path is not None:
+            base = table_base(table.base_path, f"sink.routes basePath of {table.identifier}")
+        else:
+            base = f"{parent}/{table.identifier.rsplit('.', 1)[-1]}"
+        out.append((table, base))
+    seen: dict[str, str] = {}
+    for table, base in out:
+        if base in seen:
+            raise ConfigError(
+                f"sink.routes: tables {seen[base]} and {table.identifier} would share the Hudi "
+                f"base path {base}; give one of them its own basePath"
+            )
+        seen[base] = table.identifier
+    return out
+
+
 @dataclass
 class HudiTables:
     main: HudiCommitter
@@ -59,6 +101,11 @@ class HudiTables:
     data_ddl: str  # Spark DDL of the decoded (non-Kafka) columns
     flush_bytes: int
     target_file_size_bytes: int
+    # a routed set (sink.routes): every main table but ``main``, by set name, in set order
+    more: list[tuple[str, HudiCommitter]] = field(default_factory=list)
+    router: Router | None = None
+    file_sizes: dict[str, int] = field(default_factory=dict)  # by set name (routed)
+    commit_threads: int = 8
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig) -> HudiTables:
@@ -71,10 +118,11 @@ class HudiTables:
 
     @classmethod
     def open(cls, cfg: PipelineConfig, *, own_dead_letters: bool = True) -> HudiTables:
-        """The tables of ``cfg.sink.hudi``; ``sink.partitionBy`` (Iceberg partitioning)
-        is not looked at. ``own_dead_letters`` False: the pipeline's dead letters go to
-        another table (the ``both`` format: the Iceberg dead-letter table), so the
-        dead-letter table here is not committed with the main table."""
+        """The tables of ``cfg.sink.hudi`` (and of ``sink.routes``); ``sink.partitionBy``
+        (Iceberg partitioning) is not looked at. ``own_dead_letters`` False: the
+        pipeline's dead letters go to another table (the ``both`` format: the Iceberg
+        dead-letter table), so the dead-letter table here is not committed with the main
+        table."""
         sink = cfg.sink
         hudi = sink.hudi
         if hudi is None:
@@ -82,24 +130,42 @@ class HudiTables:
         raw = cfg.decode.raw
         fields = cfg.decode.field_specs()
         columns = table_columns(fields, raw=raw)
-        base = table_base(hudi.base_path)
-        s3 = S3Settings.from_properties(hudi.properties) if is_object_store(base) else None
-        database, name = _split_identifier(sink.table)
-        main = HudiTableSpec.build(
-            base, database, name, columns, hudi.record_key_fields, hudi.partition_fields, s3
-        )
+        routes = table_routes(cfg)
+        if routes is not None:
+            check_route_field(routes, [c.name for c in columns])
+        mains: list[tuple[str, HudiCommitter]] = []
+        for table, base in routed_bases(cfg, routes):
+            s3 = S3Settings.from_properties(hudi.properties) if is_object_store(base) else None
+            database, name = _split_identifier(table.identifier)
+            keys = table.record_key_fields or hudi.record_key_fields
+            parts = table.partition_fields if table.partition_fields is not None else None
+            spec = HudiTableSpec.build(
+                base,
+                database,
+                name,
+                columns,
+                list(keys),
+                list(parts if parts is not None else hudi.partition_fields),
+                s3,
+            )
+            mains.append(
+                (table.name, HudiCommitter(HudiTable(spec), max_commits=sink.max_snapshots))
+            )
+        base = mains[0][1].hudi.base
         dl_base = table_base(
             hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter",
             "sink.hudi.deadLetterBasePath",
         )
-        if dl_base == base:
-            raise ConfigError("sink.hudi.deadLetterBasePath must differ from sink.hudi.basePath")
+        if dl_base in {c.hudi.base for _, c in mains}:
+            raise ConfigError(
+                "sink.hudi.deadLetterBasePath must differ from the main tables' base paths"
+            )
         dl_database, dl_name = _split_identifier(sink.dead_letter_identifier)
         dl_s3 = S3Settings.from_properties(hudi.properties) if is_object_store(dl_base) else None
         dead = HudiTableSpec.build(
             dl_base, dl_database, dl_name, dead_letter_columns(), KAFKA_KEY_FIELDS, (), dl_s3
         )
-        main_committer = HudiCommitter(HudiTable(main), max_commits=sink.max_snapshots)
+        main_committer = mains[0][1]
         dead_committer = HudiCommitter(HudiTable(dead), max_commits=sink.max_snapshots)
         # the coordinator commits dead letters first, then the main table: a main commit
         # of T ends the dead-letter table's T when it had no dead letters
@@ -111,27 +177,40 @@ class HudiTables:
             data_ddl=spark_ddl(data_columns(columns)) if not raw else "",
             flush_bytes=min(sink.target_file_size_bytes, 256 * 1024 * 1024),
             target_file_size_bytes=sink.target_file_size_bytes,
+            more=mains[1:],
+            router=routes.router if routes is not None else None,
+            file_sizes={n: t.target_file_size_bytes for n, t in _named(cfg, routes)},
+            commit_threads=cfg.commit.table_commit_threads,
         )
 
+    def mains(self) -> list[tuple[str, HudiCommitter]]:
+        """``(set name, committer)`` of every main table, in set order."""
+        return [(MAIN, self.main), *self.more]
+
     def schema_changes(self) -> list[Change]:
-        """The main table's planned column changes (SchemaChangeRefused: none may apply)."""
-        return self.main.hudi.schema_changes()
+        """The main tables' planned column changes (SchemaChangeRefused: none may apply);
+        the tables of a routed set share their columns, so the first one's."""
+        changes = [c.hudi.schema_changes() for _, c in self.mains()]  # each may refuse
+        return changes[0]
 
     def evolve_schema(self) -> list[Change]:
         """Nothing to write now: the next commit carries the new schema (the table's
         schema is the newest commit's), so the planned changes are what it applies."""
-        return self.main.hudi.schema_changes()
+        return self.schema_changes()
 
     def commit_tables(self) -> CommitTables:
-        return CommitTables(self.main, self.dead_letter)
+        return CommitTables(
+            self.main, self.dead_letter, more_mains=self.more, commit_threads=self.commit_threads
+        )
 
     def maintenance(self) -> list[TableMaintenance]:
-        """Compaction and orphan cleanup of the main table, then the dead-letter table."""
-        committers = [self.main, *([self.dead_letter] if self.dead_letter else [])]
+        """Compaction and orphan cleanup of the main tables, then the dead-letter table."""
+        committers = [c for _, c in self.mains()]
+        committers += [self.dead_letter] if self.dead_letter else []
         return [HudiMaintenance(c) for c in committers]
 
     def tables(self) -> list[HudiTable]:
-        out = [self.main.hudi]
+        out = [c.hudi for _, c in self.mains()]
         if self.dead_letter is not None:
             out.append(self.dead_letter.hudi)
         return out
@@ -171,9 +250,18 @@ class HudiTables:
         except ValueError:  # at-least-once: both tables on the main table's fresh instant
             dead_id = main_ctx.instant
         dead = self.dead_letter
+        routed = tuple(
+            (
+                name,
+                c.write_context(write_uuid, self.file_sizes.get(name, self.target_file_size_bytes)),
+            )
+            for name, c in self.mains()
+        )
         return TaskPlan(
             drop_below={(tp[0], tp[1]): off for tp, off in (drop_below or {}).items()},
             faults=faults,
+            router=self.router,
+            routed=routed if self.router is not None else (),
             write_files=write_base_files,
             main_ctx=main_ctx,
             main_columns=tuple(main_ctx.spec.arrow_schema.names),

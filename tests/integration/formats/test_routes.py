@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.drivers import COORD_COLUMNS, iceberg_coords, pipeline_config, produced
+from support.drivers import COORD_COLUMNS, hudi_coords, iceberg_coords, pipeline_config, produced
 from support.kafka_fixtures import KafkaTestBroker
 
 from lab.generator import GeneratorSpec, ProduceResult, produce
@@ -147,3 +147,45 @@ def test_a_route_to_a_column_the_table_lacks_is_refused_in_one_line(
     )
     with pytest.raises(ConfigError, match="sink.routes.field 'nope' is not a column"):
         Pipeline(cfg, spark).run()
+
+
+@pytest.mark.slow
+def test_native_hudi_tables_take_their_topics_exactly_once_across_a_crash(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """The same rules on the native Hudi writer: each topic in its own Hudi table (read by
+    hudi-rs), an idle table's commit, a crash between two tables' commits rolled forward."""
+    bootstrap = kafka_broker.bootstrap_servers
+    a, b = (kafka_broker.new_topic(n, 2) for n in ("ha", "hb"))
+    doc = pipeline_config(
+        tmp_path,
+        bootstrap,
+        a,
+        {
+            "format": "hudi",
+            "table": "db.events",
+            "hudi": {"basePath": str(tmp_path / "hudi" / "events")},
+            "routes": {"by": "topic", "tables": {a: "db.a", b: "db.b"}},
+        },
+        source={"topics": [a, b], "maxRecordsPerTrigger": 1000},
+    )
+    r = [
+        produce(bootstrap, t, GeneratorSpec(count=700, malformed_fraction=0.05, seed=s))
+        for t, s in ((a, 1), (b, 2))
+    ]
+    Pipeline(parse_config(doc), spark).run()
+    r.append(produce(bootstrap, b, GeneratorSpec(count=300, seed=3)))
+    crashing = {**doc, "commit": {"faults": "between-table-commits:raise"}}
+    with pytest.raises(Exception, match="fault injected"):
+        Pipeline(parse_config(crashing), spark).run()
+    p = Pipeline(parse_config(doc), spark)
+    p.run()
+    hudi = tmp_path / "hudi"
+    got = {name: hudi_coords(hudi / name) for name in ("a", "b", "events")}
+    dead = hudi_coords(hudi / "events_dead_letter")
+    every = produced(*r)
+    assert got["events"] == Counter()  # the default table: idle, committed, empty
+    assert got["a"] + got["b"] + dead == every
+    assert got["a"] + _of(dead, a) == _of(every, a) and got["b"] + _of(dead, b) == _of(every, b)
+    ends = {n: c.committed_offsets(doc["id"]) for n, c in p.tables.commit_tables().mains()}
+    assert len({str(o) for o in ends.values()}) == 1  # every table holds the last batch

@@ -104,3 +104,56 @@ def test_a_set_the_source_or_the_tables_contradict_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         _routes(routes, **source)
+
+
+@pytest.mark.parametrize(
+    ("sink", "entry", "message"),
+    [
+        ({}, {"table": "db.a", "basePath": "/x"}, "tables.orders.basePath is not a setting of"),
+        (
+            {"format": "hudi", "partitionBy": [], "hudi": {"basePath": "/h/events"}},
+            {"table": "db.a", "partitionBy": ["kind"]},
+            "tables.orders.partitionBy is not a setting of sink.format hudi",
+        ),
+        (
+            {"format": "both", "hudi": {"basePath": "/h/events"}},
+            {"table": "db.a"},
+            "sink.routes is for sink.format iceberg or hudi, not both",
+        ),
+    ],
+)
+def test_a_route_setting_of_the_other_format_is_refused(
+    sink: dict[str, Any], entry: dict[str, Any], message: str
+) -> None:
+    doc = {**BASE, "sink": {**BASE["sink"], **sink}}
+    doc["sink"]["routes"] = {"by": "topic", "tables": {"orders": entry}}
+    with pytest.raises(ConfigError, match=message):
+        table_routes(parse_config(doc))
+
+
+def test_hudi_tables_get_a_base_path_beside_the_default_tables_unless_given() -> None:
+    from pipeline.formats.hudi.pipeline_tables import routed_bases
+
+    doc = {
+        **BASE,
+        "sink": {
+            "format": "hudi",
+            "table": "db.events",
+            "hudi": {"basePath": "/lake/hudi/events"},
+            "routes": {
+                "by": "topic",
+                "tables": {"orders": "db.orders", "misc": {"table": "x.m", "basePath": "/o/m"}},
+            },
+        },
+    }
+    cfg = parse_config(doc)
+    bases = [(t.identifier, b) for t, b in routed_bases(cfg, table_routes(cfg))]
+    assert bases == [
+        ("db.events", "/lake/hudi/events"),
+        ("db.orders", "/lake/hudi/orders"),
+        ("x.m", "/o/m"),
+    ]
+    doc["sink"]["routes"]["tables"]["misc"] = "other.orders"
+    cfg = parse_config(doc)
+    with pytest.raises(ConfigError, match="would share the Hudi base path /lake/hudi/orders"):
+        routed_bases(cfg, table_routes(cfg))

@@ -37,9 +37,27 @@ from pipeline.decode.unknown_fields import MAX_NAMES, UNKNOWN_COL
 from pipeline.formats.hudi.layout import parse_write_id
 from pipeline.formats.hudi_spark.client import HudiSparkClient
 from pipeline.formats.hudi_spark.committer import descriptors
+from pipeline.spark.routes import Router
 from pipeline.spark.writer import DEAD_LETTER_SOURCES, rows_decoder
 
 __all__ = ["HudiSparkBatchWriter"]
+
+_ROUTE_COL = "_route"
+
+
+def _with_route(rows: Any, router: Router) -> Any:
+    """``rows`` with each row's table index (the workers' router, in ``mapInArrow``)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    schema = to_arrow_schema(rows.schema).append(pa.field(_ROUTE_COL, pa.int32()))
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            yield b.append_column(_ROUTE_COL, router.table_indices(b))
+
+    return rows.mapInArrow(task, from_arrow_schema(schema))
+
 
 _KEYS = ("_kafka_topic", "_kafka_partition")
 
@@ -57,6 +75,9 @@ class HudiSparkBatchWriter:
     dead_letter: HudiSparkClient | None
     dead_letter_columns: Sequence[str]
     operation: str = "insert"
+    # a routed set: (set name, client) per main table, the router's indices into it
+    routed: tuple[tuple[str, HudiSparkClient], ...] = ()
+    router: Router | None = None
 
     def write(self, write_id: str, drop_below: PartitionOffsets) -> StagedBatch:
         from pyspark import StorageLevel
@@ -79,7 +100,10 @@ class HudiSparkBatchWriter:
             staged = self._statistics(rows)
             kept = rows.filter(~F.col("_dropped"))
             main_rows = staged.records - staged.dead_letter_records
-            if main_rows:
+            if main_rows and self.router is not None:
+                good = kept.filter(F.col(ERROR_COL).isNull())
+                staged.routed_files = self._write_routed(good, instant)
+            elif main_rows:
                 good = kept.filter(F.col(ERROR_COL).isNull()).select(*self.main_columns)
                 staged.data_files = self._write(self.main, good, instant)
             if staged.dead_letter_records:
@@ -118,6 +142,21 @@ class HudiSparkBatchWriter:
             return (decode_rows(b) for b in batches if b.num_rows)
 
         return self.df.mapInArrow(task, from_arrow_schema(out))
+
+    def _write_routed(self, good: Any, instant: str) -> list[tuple[str, bytes]]:
+        """Each table's rows through its own client; a table the batch routed nothing
+        to gets no instant here (its commit is the committer's empty one)."""
+        from pyspark.sql import functions as F
+
+        assert self.router is not None
+        routed = _with_route(good, self.router)
+        present = sorted(r[0] for r in routed.select(_ROUTE_COL).distinct().collect())
+        out: list[tuple[str, bytes]] = []
+        for index in present:
+            name, client = self.routed[index]
+            rows = routed.filter(F.col(_ROUTE_COL) == index).select(*self.main_columns)
+            out += [(name, d) for d in self._write(client, rows, instant)]
+        return out
 
     def _write(self, client: HudiSparkClient, df: Any, instant: str) -> list[bytes]:
         client.begin(instant)

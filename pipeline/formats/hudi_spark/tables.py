@@ -18,7 +18,7 @@ do not run here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.columns import data_columns, dead_letter_columns, spark_ddl, table_columns
@@ -28,9 +28,11 @@ from pipeline.commit.journal import InstantTimeline, JournalStore
 from pipeline.commit.maintenance import TableMaintenance
 from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.table_set import CommitTables
+from pipeline.commit.types import MAIN
 from pipeline.config import PipelineConfig
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.formats.hudi.layout import META_DIR, PROPERTIES, TablePaths, parse_properties
+from pipeline.formats.hudi.pipeline_tables import routed_bases
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS
 from pipeline.formats.hudi.storage import (
     TableFiles,
@@ -48,6 +50,8 @@ from pipeline.formats.hudi_spark.client import (
     table_options,
 )
 from pipeline.formats.hudi_spark.committer import HudiSparkCommitter
+from pipeline.formats.routes import check_route_field, table_routes
+from pipeline.spark.routes import Router
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.journal_stores import journal_store_for
 from pipeline.storage.s3_settings import S3Settings
@@ -107,7 +111,10 @@ class HudiSparkTables:
     operation: str
     cfg: PipelineConfig
     properties: dict[str, str]  # sink.hudi.properties (s3.* for tables on S3)
-    s3: S3Settings | None  # the store, when either table is on S3
+    s3: S3Settings | None  # the store, when any table is on S3
+    # a routed set (sink.routes): every main table but ``main``, by set name, in set order
+    more: list[tuple[str, HudiSparkCommitter]] = field(default_factory=list)
+    router: Router | None = None
 
     @classmethod
     def from_config(
@@ -124,65 +131,73 @@ class HudiSparkTables:
                 "sink.partitionBy is for Iceberg tables; a Hudi table is partitioned by "
                 "columns: use sink.hudi.partitionFields"
             )
-        base = table_base(hudi.base_path)
+        routes = table_routes(cfg)
+        bases = routed_bases(cfg, routes)
+        base = bases[0][1]
         dead_base = table_base(
             hudi.dead_letter_base_path or base.rstrip("/") + "_dead_letter",
             "sink.hudi.deadLetterBasePath",
         )
-        if dead_base == base:
-            raise ConfigError("sink.hudi.deadLetterBasePath must differ from sink.hudi.basePath")
+        if dead_base in {b for _, b in bases}:
+            raise ConfigError(
+                "sink.hudi.deadLetterBasePath must differ from the main tables' base paths"
+            )
         properties = dict(hudi.properties)
-        on_s3 = is_object_store(base) or is_object_store(dead_base)
+        on_s3 = any(is_object_store(b) for b in (dead_base, *(b for _, b in bases)))
         s3 = S3Settings.from_properties(properties) if on_s3 else None
         if s3 is not None:
             s3.hadoop_conf()  # refuses, in one line, what Hadoop's S3A client cannot take
         columns = table_columns(cfg.decode.field_specs(), raw=cfg.decode.raw)
         names = tuple(c.name for c in columns)
-        keys = tuple(hudi.record_key_fields) or KAFKA_KEY_FIELDS
-        for field in (*keys, *hudi.partition_fields):
-            if field not in names:
-                raise ConfigError(f"sink.hudi: {field!r} is not a column of the table ({names})")
-        main_files, dead_files = (
-            open_location(base, properties),
-            open_location(dead_base, properties),
-        )
-        check_table_version(main_files)
-        check_table_version(dead_files)
-        main_name = cfg.sink.table.rpartition(".")[2]
-        dead_name = cfg.sink.dead_letter_identifier.rpartition(".")[2]
-        dead_cols = dead_letter_columns()
-        main_client = HudiSparkClient(
-            spark,
-            base,
-            table_options(main_name, keys, hudi.partition_fields, is_object_store(base)),
-        )
-        dead_client = HudiSparkClient(
-            spark,
-            dead_base,
-            table_options(dead_name, KAFKA_KEY_FIELDS, (), is_object_store(dead_base)),
-        )
-        data_ddl = spark_ddl(data_columns(columns)) if not cfg.decode.raw else ""
-        main_ddl, dead_ddl = spark_ddl(columns), spark_ddl(dead_cols)
+        if routes is not None:
+            check_route_field(routes, list(names))
+        timeline_reads = reader_options(s3)  # hudi-rs's storage options
+        main_ddl = spark_ddl(columns)
 
         def schema_of(client: HudiSparkClient, ddl: str) -> Callable[[], str]:
             return lambda: client.schema_of(client.session().createDataFrame([], ddl))
 
-        timeline_reads = reader_options(s3)  # hudi-rs's storage options
+        def committer(
+            location: str, name: str, keys: Sequence[str], parts: Sequence[str], ddl: str
+        ) -> HudiSparkCommitter:
+            files = open_location(location, properties)
+            check_table_version(files)
+            options = table_options(name, tuple(keys), tuple(parts), is_object_store(location))
+            client = HudiSparkClient(spark, location, options)
+            return HudiSparkCommitter(client, files, timeline_reads, schema_of(client, ddl))
+
+        mains = []
+        for table, location in bases:
+            keys = table.record_key_fields or tuple(hudi.record_key_fields) or KAFKA_KEY_FIELDS
+            parts = table.partition_fields
+            parts = parts if parts is not None else tuple(hudi.partition_fields)
+            for column in (*keys, *parts):
+                if column not in names:
+                    raise ConfigError(
+                        f"sink.hudi: {column!r} is not a column of the table ({names})"
+                    )
+            name = table.identifier.rpartition(".")[2]
+            mains.append((table.name, committer(location, name, keys, parts, main_ddl)))
+        dead_cols = dead_letter_columns()
+        dead_name = cfg.sink.dead_letter_identifier.rpartition(".")[2]
+        dead = committer(dead_base, dead_name, KAFKA_KEY_FIELDS, (), spark_ddl(dead_cols))
         return cls(
-            main=HudiSparkCommitter(
-                main_client, main_files, timeline_reads, schema_of(main_client, main_ddl)
-            ),
-            dead_letter=HudiSparkCommitter(
-                dead_client, dead_files, timeline_reads, schema_of(dead_client, dead_ddl)
-            ),
-            data_ddl=data_ddl,
+            main=mains[0][1],
+            dead_letter=dead,
+            data_ddl=spark_ddl(data_columns(columns)) if not cfg.decode.raw else "",
             main_columns=names,
             dead_letter_columns=tuple(c.name for c in dead_cols),
             operation=hudi.operation,
             cfg=cfg,
             properties=properties,
             s3=s3,
+            more=mains[1:],
+            router=routes.router if routes is not None else None,
         )
+
+    def mains(self) -> list[tuple[str, HudiSparkCommitter]]:
+        """``(set name, committer)`` of every main table, in set order."""
+        return [(MAIN, self.main), *self.more]
 
     # -- the session this writer needs ---------------------------------------------------
 
@@ -197,7 +212,8 @@ class HudiSparkTables:
     def timeline(self, pipeline_id: str) -> InstantTimeline:
         root = self.main.files.uri(TablePaths.own(META_DIR, "journal", pipeline_id))
         store = journal_store_for(root, self.properties)
-        return SparkTimeline(store, [self.main.files, self.dead_letter.files])
+        tables = [c.files for _, c in self.mains()]
+        return SparkTimeline(store, [*tables, self.dead_letter.files])
 
     def journal_pipelines(self) -> list[str]:
         names = self.main.files.listdir(TablePaths.own(META_DIR, "journal")) or []
@@ -206,7 +222,9 @@ class HudiSparkTables:
     # -- what this writer leaves to Hudi -----------------------------------------------------
 
     def commit_tables(self) -> CommitTables:
-        return CommitTables(self.main, self.dead_letter)
+        # one after another: each commit runs Hudi's own Spark jobs (its metadata table)
+        # and inline table services in the one session, not tried beside each other
+        return CommitTables(self.main, self.dead_letter, more_mains=self.more, commit_threads=1)
 
     def maintenance(self) -> list[TableMaintenance]:
         return []  # Hudi's own table services run inline, with Hudi's defaults
@@ -228,6 +246,8 @@ class HudiSparkTables:
             data_ddl=self.data_ddl,
             main=self.main.client,
             main_columns=self.main_columns,
+            routed=tuple((name, c.client) for name, c in self.mains()) if self.router else (),
+            router=self.router,
             dead_letter=self.dead_letter.client,
             dead_letter_columns=self.dead_letter_columns,
             operation=self.operation,

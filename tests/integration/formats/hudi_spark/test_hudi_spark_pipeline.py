@@ -184,3 +184,35 @@ def test_writer_spark_is_refused_on_other_spark_lines(tmp_path: Path) -> None:
     line = str(info.value)
     assert "\n" not in line and "Spark 3.5" in line and "writer: native" in line, line
     assert Counter(line.split()).get("[ingest:config]", 0) == 1, line
+
+
+@pytest.mark.slow
+@pytest.mark.hudi_spark
+def test_routed_topics_through_hudis_spark_writer_are_exactly_once_across_a_kill(
+    kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """``sink.routes`` on Hudi's writer: each topic in its own table (read by hudi-rs), the
+    default table idle but committed, a kill between two tables' commits rolled forward."""
+    python = python_of("3.5.7")
+    bootstrap = kafka_broker.bootstrap_servers
+    a, b = (kafka_broker.new_topic(n, 2) for n in ("hsa", "hsb"))
+    cfg = _config(tmp_path, bootstrap, a, partitioned=False)
+    cfg["source"]["topics"] = [a, b]
+    cfg["sink"]["routes"] = {"by": "topic", "tables": {a: "db.a", b: "db.b"}}
+    config = write_config(tmp_path, cfg)
+    results = [
+        produce(bootstrap, t, GeneratorSpec(count=300, malformed_fraction=0.05, seed=s))
+        for t, s in ((a, 81), (b, 82))
+    ]
+    r = _run(python, config, "between-table-commits:kill")
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-3000:])
+    r = _run(python, config)
+    assert r.returncode == 0, r.stderr[-3000:]
+    hudi = tmp_path / "hudi"
+    got = {name: hudi_coords(hudi / name) for name in ("a", "b", "events")}
+    dead = hudi_coords(hudi / "events_dead_letter")
+    every = produced(*results)
+    assert got["a"] + got["b"] + dead == every and not got["events"]
+    assert {c[0] for c in got["a"]} == {a} and {c[0] for c in got["b"]} == {b}
+    timelines = [hudi / n / ".hoodie" / "timeline" for n in ("a", "b", "events")]
+    assert all(list(t.glob("*.commit")) for t in timelines)  # the idle table committed too

@@ -189,3 +189,35 @@ def test_native_hudi_tables_take_their_topics_exactly_once_across_a_crash(
     assert got["a"] + _of(dead, a) == _of(every, a) and got["b"] + _of(dead, b) == _of(every, b)
     ends = {n: c.committed_offsets(doc["id"]) for n, c in p.tables.commit_tables().mains()}
     assert len({str(o) for o in ends.values()}) == 1  # every table holds the last batch
+
+
+@pytest.mark.slow
+def test_the_many_tables_example_runs_as_documented(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """``conf/pipeline.tables.yaml`` as it stands: its two named topics and one templated
+    topic, each record once in its topic's table."""
+    from pipeline.config import load_config
+
+    bootstrap = kafka_broker.bootstrap_servers
+    third = kafka_broker.new_topic("clicks", 2)
+    for topic in ("orders", "payments"):
+        kafka_broker.create_topic(topic, 2)
+    r = [
+        produce(bootstrap, t, GeneratorSpec(count=300, seed=i))
+        for i, t in enumerate(("orders", "payments", third))
+    ]
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "THIRD_TOPIC": third,
+        "WAREHOUSE": str(tmp_path / "warehouse"),
+        "CHECKPOINT_LOCATION": str(tmp_path / "checkpoint"),
+    }
+    example = Path(__file__).parents[3] / "conf" / "pipeline.tables.yaml"
+    cfg = load_config(example, ["trigger.mode=available-now", "metrics.enabled=false"], env)
+    p = Pipeline(cfg, spark)
+    p.run()
+    where = {"orders": "lake.orders", "payments": "lake.payments"}
+    where[third] = "lake.t_" + third.replace("-", "_").replace(".", "_")
+    _assert_routed(p, r, where)
+    assert _by_table(p)["lake.unrouted"] == Counter()

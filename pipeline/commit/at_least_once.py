@@ -87,10 +87,14 @@ class AtLeastOnceCoordinator:
         for name, descriptor in self.tables.staged_files(staged):
             files.setdefault(name, []).append(descriptor)
         sizes = dict.fromkeys(files, 0)
+        per_table: dict[str, int] = {}
         for name, table in self.tables:
             if name == DEAD_LETTER and not files[name]:
                 continue  # the main tables commit every batch: their commit is the checkpoint
-            sizes[name] = sum(table.describe(d)[1] for d in files[name])
+            described = [table.describe(d) for d in files[name]]
+            sizes[name] = sum(size for _, size, _ in described)
+            if name != DEAD_LETTER:
+                per_table[name] = sum(records for _, _, records in described)
             table.commit(files[name], checkpoint)
         dead_files = len(files[DEAD_LETTER]) if self.tables.get(DEAD_LETTER) else 0
         return BatchOutcome(
@@ -107,4 +111,5 @@ class AtLeastOnceCoordinator:
             dead_letter_bytes=sizes.get(DEAD_LETTER, 0),
             unknown_field_records=staged.unknown_field_records,
             unknown_fields=list(staged.unknown_fields),
+            table_records=per_table,
         )

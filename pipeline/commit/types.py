@@ -153,12 +153,17 @@ class BatchOutcome:
     epoch: int | None = None  # the writer epoch the commit carried (None: no epoch)
     unknown_field_records: int = 0  # written by this run's workers (not by a recommit)
     unknown_fields: list[str] = field(default_factory=list)
+    # records committed per main table (its name in the set; dead letters excluded)
+    table_records: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of_commit(cls, batch_id: int, inf: Inflight, epoch: int, seconds: float) -> BatchOutcome:
         """The outcome of committing the precommitted ``inf`` (in ``seconds``)."""
         dead_files = inf.files_of(DEAD_LETTER)
         main_files = [f for f in inf.files if f.table != DEAD_LETTER]
+        per_table: dict[str, int] = {}
+        for f in main_files:
+            per_table[f.table] = per_table.get(f.table, 0) + f.records
         return cls(
             batch_id,
             Outcome.COMMITTED,
@@ -175,6 +180,7 @@ class BatchOutcome:
             dead_letter_bytes=sum(f.size for f in dead_files),
             data_loss=dict(inf.data_loss),
             epoch=epoch,
+            table_records=per_table,
         )
 
 

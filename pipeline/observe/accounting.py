@@ -80,6 +80,8 @@ class MetricsState:
     records: Counter
     bytes: Counter
     dead_letter_records: Counter
+    table_records: Counter
+    table_names: dict[str, str]
     unknown_field_records: Counter
     data_loss_records: Counter
     overlap_dropped_records: Counter
@@ -185,6 +187,8 @@ class OutcomeAccounting(MetricsState):
             self.records.labels(self._topic(topic)).inc(max(0, n))
         for topic, n in split_by_weight(outcome.bytes, per_topic or weights).items():
             self.bytes.labels(self._topic(topic)).inc(max(0, n))
+        for name, n in outcome.table_records.items():
+            self.table_records.labels(self.table_names.get(name, name)).inc(max(0, n))
         self.dead_letter_records.inc(max(0, outcome.dead_letter_records))
         self.unknown_field_records.inc(max(0, outcome.unknown_field_records))
         self.overlap_dropped_records.inc(max(0, outcome.overlap_dropped))

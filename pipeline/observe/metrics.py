@@ -24,7 +24,7 @@ import importlib.metadata
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from pipeline.commit.lease import HaStatus
 from pipeline.commit.offsets import BrokerOffsets, TopicPartition
+from pipeline.commit.types import MAIN
 from pipeline.observe.accounting import (
     OUTCOMES,
     PHASES,
@@ -155,6 +156,15 @@ class PipelineMetrics(OutcomeAccounting, LagExport, Readiness):
             ["topic"],
             registry=r,
         )
+        # per main table (a routed set: each of its tables), by identifier
+        self.table_records = Counter(
+            "ingest_table_records",
+            "Records committed to each main table (dead letters excluded).",
+            ["table"],
+            registry=r,
+        )
+        self.table_names: dict[str, str] = {}  # name in the set -> identifier
+        self.declare_tables({MAIN: table})
         self.dead_letter_records = Counter(
             "ingest_dead_letter_records",
             "Undecodable records committed to the dead-letter table.",
@@ -341,3 +351,12 @@ class PipelineMetrics(OutcomeAccounting, LagExport, Readiness):
             names.update(family.name + s for s in suffixes.get(family.type, ("",)))
             names.update(s.name for s in family.samples)
         return names
+
+    def declare_tables(self, names: Mapping[str, str]) -> None:
+        """The main tables (name in the set -> identifier), each one's series created at 0
+        so a table idle since the start still shows (a routed set: every table)."""
+        with self._lock:
+            self.table_names = dict(names)
+        for identifier in names.values():
+            if identifier:
+                self.table_records.labels(identifier)

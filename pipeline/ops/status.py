@@ -35,7 +35,11 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
     tables = fmt.open_tables(cfg, FaultPoints(""))
     _print_journal(cfg, tables, console)
     statuses = fmt.status(tables, cfg.id)
-    last = [b for st in statuses if (b := print_table_status(st, cfg.id, console))]
+    routed = cfg.sink.routes is not None
+    if routed:
+        last = print_set_status(statuses, cfg.id, console)
+    else:
+        last = [b for st in statuses if (b := print_table_status(st, cfg.id, console))]
     print_file_stats(tables, console)
     if not last:
         return
@@ -43,8 +47,9 @@ def print_status(cfg: PipelineConfig, console: Console) -> None:
         print_offsets_and_lag(cfg, last[0].committed_offsets, console)
         return
     committed = tables.commit_tables().committed_offsets(cfg.id)
+    title = f"all {len(statuses)} tables" if routed else "both tables"
     if committed:
-        print_offsets_and_lag(cfg, committed, console, title="committed offsets (both tables)")
+        print_offsets_and_lag(cfg, committed, console, title=f"committed offsets ({title})")
 
 
 def print_file_stats(tables: PipelineTables, console: Console) -> None:
@@ -76,17 +81,69 @@ def print_table_status(st: TableStatus, pipeline_id: str, console: Console) -> L
     if cp is None:
         console.print(f"no commit of pipeline {pipeline_id!r} in the table's {st.history}")
         return None
-    when = (
-        datetime.fromtimestamp(cp.committed_at, tz=UTC).isoformat(timespec="seconds")
-        if cp.committed_at
-        else "-"
-    )
+    when = _when_committed(cp)
     instant = f", instant {cp.instant}" if cp.instant else ""
     console.print(
         f"pipeline {cp.pipeline_id}: last batch {cp.batch_id} (incarnation {cp.incarnation}, "
         f"writer epoch {cp.epoch}){instant}, committed at {when}"
     )
     return cp
+
+
+def _when_committed(cp: LastBatch) -> str:
+    if not cp.committed_at:
+        return "-"
+    return datetime.fromtimestamp(cp.committed_at, tz=UTC).isoformat(timespec="seconds")
+
+
+def table_line(st: TableStatus, pipeline_id: str) -> str:
+    """One table of a routed set in one line: its name, the pipeline's last batch there."""
+    if not st.exists:
+        return f"{st.table}: does not exist yet (nothing committed)"
+    cp = st.last_batch
+    if cp is None:
+        return f"{st.table}: {st.commits}, no commit of pipeline {pipeline_id!r}"
+    return f"{st.table}: batch {cp.batch_id}, {st.commits}, committed at {_when_committed(cp)}"
+
+
+def set_summary(statuses: list[TableStatus]) -> str:
+    """A routed set in one line: how many tables, the batch every table holds, and the
+    tables behind it by name (a crash between table commits: the next run rolls forward)."""
+    n = len(statuses)
+    tables = f"{n} table{'s' if n != 1 else ''}"
+    batches = [st.last_batch.batch_id if st.last_batch else None for st in statuses]
+    known = [b for b in batches if b is not None]
+    if not known:
+        return f"routed set: {tables}, no batch committed yet"
+    newest = max(known)
+    behind = [
+        f"{st.table} ({'nothing committed' if b is None else f'batch {b}'})"
+        for st, b in zip(statuses, batches, strict=True)
+        if b is None or b < newest
+    ]
+    if not behind:
+        return f"routed set: {tables}, every table holds batch {newest}"
+    return (
+        f"routed set: {tables}, batch {newest} in {n - len(behind)} of them; behind: "
+        f"{', '.join(behind)} (the next run rolls the set forward)"
+    )
+
+
+def print_set_status(
+    statuses: list[TableStatus], pipeline_id: str, console: Console
+) -> list[LastBatch]:
+    """A routed set: one line per table, then the set's line; the last batches found."""
+    cp = next((st.last_batch for st in statuses if st.last_batch), None)
+    if cp is not None:
+        console.print(
+            f"pipeline {cp.pipeline_id}: incarnation {cp.incarnation}, writer epoch {cp.epoch}",
+            markup=False,
+            highlight=False,
+        )
+    for st in statuses:
+        console.print(f"  {table_line(st, pipeline_id)}", markup=False, highlight=False)
+    console.print(set_summary(statuses), markup=False, highlight=False)
+    return [st.last_batch for st in statuses if st.last_batch]
 
 
 # -- running or stopped ----------------------------------------------------------------

@@ -12,6 +12,7 @@ from pipeline.commit.journal import InstantTimeline
 from pipeline.commit.protocol import BatchCoordinator
 from pipeline.commit.table_set import CommitTables
 from pipeline.config import PipelineConfig
+from pipeline.formats.routes import table_routes
 from pipeline.observe.base import Observers, PipelineObserver, RunInfo
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class Telemetry:
             self.cfg, format_name=self.format_name, journal=self.timeline
         )
         observer.metrics.set_writer_epoch(self.coordinator.epoch)
+        routes = table_routes(self.cfg)
+        if routes is not None:  # every table of the set gets its series from the start
+            observer.metrics.declare_tables({t.name: t.identifier for t in routes.tables})
         batch_log = BatchLogObserver(self.cfg.id, epoch=self.coordinator.epoch)
         if self.cfg.metrics.enabled if serve is None else serve:
             observer.serve(self.cfg, self.consumer_conf(), initial=self.run_info)

@@ -33,6 +33,7 @@ from pipeline.ops.verify.engine import TableCheck
 from pipeline.ops.verify.kafka import KafkaWindowReader, verifier_consumer_config
 from pipeline.ops.verify.model import PartitionVerdict, RangeIssue, VerifyReport
 from pipeline.ops.verify.range_ledger import MetadataError
+from pipeline.ops.verify.routed import RoutedCheck, SetSource
 from pipeline.ops.verify.tables import COORDS, HudiSource, IcebergSource, TableSource
 
 __all__ = [
@@ -129,6 +130,56 @@ def _sources(
     return base, main_h, _hudi_table(cfg, dead.location), dead.location
 
 
+def _groups(table_sets: list[TableSet]) -> list[list[TableSet]]:
+    """One group per check: the table sets of a routed set together (the union holds
+    every record once), every other table set alone (it holds every record)."""
+    groups: list[list[TableSet]] = []
+    for s in table_sets:
+        if s.route is not None and groups and groups[-1][0].route is not None:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def _routed_check(
+    cfg: PipelineConfig,
+    group: list[TableSet],
+    kafka: KafkaWindowReader,
+    payload: bool,
+    window: int,
+    on_progress: Callable[[str, int], None] | None,
+) -> TableCheck:
+    """The check of a routed set: its main tables read as one, the dead-letter table once."""
+    members = []
+    dead, dead_name = None, None
+    for tables in group:
+        assert tables.route is not None
+        name, main, dead, dead_name = _sources(cfg, tables)
+        members.append((tables.index, name, main))
+    router = group[0].route
+    assert router is not None
+    union = SetSource(members, router)
+    report = VerifyReport(
+        table_format=group[0].main.kind,
+        table=union.name,
+        dead_letter_table=dead_name if dead is not None else None,
+        payload_checked=payload,
+        window=window,
+    )
+    return RoutedCheck(
+        report,
+        union,
+        dead,
+        dead_name,
+        cfg,
+        kafka,
+        payload=payload,
+        window=window,
+        on_progress=on_progress,
+    )
+
+
 def verify_pipeline(
     cfg: PipelineConfig,
     table_format: TableFormat | None = None,
@@ -137,7 +188,8 @@ def verify_pipeline(
     window: int = 100_000,
     on_progress: Callable[[str, int], None] | None = None,
 ) -> list[VerifyReport]:
-    """One report per verified table (two for the ``both`` format).
+    """One report per verified table (two for the ``both`` format; one for a routed
+    set, its tables together, with a verdict per table).
 
     ``window``: offsets per partition held in memory at a time. ``on_progress(label,
     offsets_checked)`` is called after every window (offsets counted per table).
@@ -157,29 +209,32 @@ def verify_pipeline(
     conf = verifier_consumer_config(src.bootstrap_servers, src.kafka, src.isolation_level)
     reports: list[VerifyReport] = []
     with KafkaWindowReader(conf, stall_timeout_s=float(src.broker_retry_seconds)) as kafka:
-        for tables in table_sets:
-            name, main, dead, dead_name = _sources(cfg, tables)
-            report = VerifyReport(
-                table_format=tables.main.kind,
-                table=name,
-                dead_letter_table=dead_name if dead is not None else None,
-                payload_checked=payload,
-                window=window,
-            )
-            check = TableCheck(
-                report,
-                main,
-                dead,
-                cfg,
-                kafka,
-                payload=payload,
-                window=window,
-                on_progress=on_progress,
-            )
+        for group in _groups(table_sets):
+            if group[0].route is not None:
+                check = _routed_check(cfg, group, kafka, payload, window, on_progress)
+            else:
+                name, main, dead, dead_name = _sources(cfg, group[0])
+                report = VerifyReport(
+                    table_format=group[0].main.kind,
+                    table=name,
+                    dead_letter_table=dead_name if dead is not None else None,
+                    payload_checked=payload,
+                    window=window,
+                )
+                check = TableCheck(
+                    report,
+                    main,
+                    dead,
+                    cfg,
+                    kafka,
+                    payload=payload,
+                    window=window,
+                    on_progress=on_progress,
+                )
             try:
                 reports.append(check.run())
             except MetadataError as e:
-                raise PipelineError(f"{name}: {e}") from e
+                raise PipelineError(f"{check.report.table}: {e}") from e
     return reports
 
 

@@ -251,9 +251,21 @@ class TableCheck:
         wv.unverifiable = size(below_start)
         if self.payload:
             self._payload(kafka, main_rows, dead_rows, wv)
+        self._rows_seen(tp, kafka, main_rows, dead_rows, below_start)
         verdict.add(wv)
         self.checked += b - a
         self._progress(f"{self.report.table} {tp.topic}/{tp.partition}")
+
+    def _rows_seen(
+        self,
+        tp: TopicPartition,
+        kafka: KafkaWindow,
+        main_rows: pa.Table,
+        dead_rows: pa.Table | None,
+        excused: list[tuple[int, int]],
+    ) -> None:
+        """Called per window with the expected records and every row read (a routed set
+        counts its tables here)."""
 
     # -- payload ---------------------------------------------------------------------------
 

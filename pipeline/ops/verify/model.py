@@ -130,8 +130,64 @@ class RangeIssue:
 
 
 @dataclass
+class TableVerdict:
+    """One table of a routed set (``sink.routes``): its rows within the committed ranges.
+
+    ``missing``: records the route gives this table that no table of the set holds
+    (records whose route could not be told count for the set only); ``duplicated``: rows
+    of this table whose record the set holds more than once (in this table or another);
+    ``misrouted``: rows whose routing column names another table; ``unexpected``: rows
+    Kafka's committed ranges do not hold. The dead-letter table is one entry, counted once.
+    """
+
+    table: str
+    index: int | None  # the route's index; None: the shared dead-letter table
+    records: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    misrouted: int = 0
+    unexpected: int = 0
+    missing_offsets: list[str] = field(default_factory=list)  # "topic/partition@offset"
+    duplicated_offsets: list[str] = field(default_factory=list)
+    misrouted_offsets: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.duplicated or self.misrouted or self.unexpected)
+
+    def problems(self) -> str:
+        """``2 missing, 1 misrouted`` (empty when ok)."""
+        counts = (
+            ("missing", self.missing),
+            ("duplicated", self.duplicated),
+            ("misrouted", self.misrouted),
+            ("unexpected", self.unexpected),
+        )
+        return ", ".join(f"{n} {name}" for name, n in counts if n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "route_index": self.index,
+            "dead_letter": self.index is None,
+            "ok": self.ok,
+            "records": self.records,
+            "missing": self.missing,
+            "duplicated": self.duplicated,
+            "misrouted": self.misrouted,
+            "unexpected": self.unexpected,
+            "samples": {
+                "missing": self.missing_offsets,
+                "duplicated": self.duplicated_offsets,
+                "misrouted": self.misrouted_offsets,
+            },
+        }
+
+
+@dataclass
 class VerifyReport:
-    """The verdict for one main table (with its dead-letter table)."""
+    """The verdict for one main table (with its dead-letter table), or for a routed set:
+    its main tables together (``tables``: each one's verdict, the dead-letter table last)."""
 
     table_format: str
     table: str
@@ -146,11 +202,16 @@ class VerifyReport:
     seconds: float = 0.0
     # why offsets are unverifiable -> how many (sums to totals().unverifiable)
     unverifiable_reasons: dict[str, int] = field(default_factory=dict)
+    tables: list[TableVerdict] = field(default_factory=list)  # a routed set's tables
 
     @property
     def ok(self) -> bool:
         """Nothing wrong found in what could be checked."""
-        return not self.range_issues and all(v.ok for v in self.partitions.values())
+        return (
+            not self.range_issues
+            and all(v.ok for v in self.partitions.values())
+            and all(t.ok for t in self.tables)
+        )
 
     @property
     def complete(self) -> bool:
@@ -235,7 +296,11 @@ class VerifyReport:
         if t.lost:
             parts.append(f"{t.lost} lost (recorded data loss)")
         parts.append(f"{len(self.range_issues)} range issues")
-        return f"{head}: " + ", ".join(parts)
+        line = f"{head}: " + ", ".join(parts)
+        off = [f"{t.table} ({t.problems()})" for t in self.tables if not t.ok]
+        if off:
+            line += f"; tables off: {'; '.join(off)}"
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -257,5 +322,6 @@ class VerifyReport:
                 for tp, v in sorted(self.partitions.items())
             ],
             "range_issues": [i.to_dict() for i in self.range_issues],
+            "tables": [t.to_dict() for t in self.tables],
             "notes": list(self.notes),
         }

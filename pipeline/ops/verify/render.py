@@ -72,6 +72,8 @@ def print_report(console: Console, report: VerifyReport) -> None:
         if v.mismatched_fields:
             fields = ", ".join(f"{k}: {n}" for k, n in sorted(v.mismatched_fields.items()))
             console.print(f"  {tp.topic}/{tp.partition} fields differing: {fields}")
+    if report.tables:
+        print_tables(console, report)
     if report.range_issues:
         console.print(f"[bold red]{len(report.range_issues)} range issue(s)[/]:")
         for issue in report.range_issues:
@@ -84,6 +86,39 @@ def print_report(console: Console, report: VerifyReport) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def print_tables(console: Console, report: VerifyReport) -> None:
+    """A routed set: one row per table (the dead-letter table last, counted once) and the
+    sample coordinates of every table that is off, named."""
+    table = RichTable(title=f"{report.table}: records per table")
+    table.add_column("table")
+    table.add_column("route", justify="right")
+    for col in ("records", "missing", "duplicated", "misrouted", "unexpected"):
+        table.add_column(col, justify="right")
+    table.add_column("verdict")
+    for t in report.tables:
+        table.add_row(
+            escape(t.table),
+            "dead letters" if t.index is None else str(t.index),
+            str(t.records),
+            _cell(t.missing),
+            _cell(t.duplicated),
+            _cell(t.misrouted),
+            _cell(t.unexpected),
+            "[green]ok[/]" if t.ok else "[bold red]OFF[/]",
+        )
+    console.print(table)
+    for t in report.tables:
+        for kind, samples in (
+            ("missing", t.missing_offsets),
+            ("duplicated", t.duplicated_offsets),
+            ("misrouted", t.misrouted_offsets),
+        ):
+            if samples:
+                console.print(
+                    f"  {t.table}: {kind} e.g. {', '.join(samples)}", highlight=False, markup=False
+                )
 
 
 def untruncated(console: Console) -> Console:

@@ -5,16 +5,20 @@ tables."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
 from pipeline.config import PipelineConfig, parse_config
+from pipeline.formats.base import LastBatch, TableStatus
 from pipeline.observe.metrics import PipelineMetrics
 from pipeline.observe.runstate import FILE_NAME, read_run_state, record_run_state
-from pipeline.ops.status import run_status
+from pipeline.ops.status import print_set_status, run_status, set_summary, table_line
 
 
 def _cfg(tmp_path: Path, checkpoint: str | None = None, **metrics: object) -> PipelineConfig:
@@ -95,3 +99,31 @@ def test_running_and_ready_come_from_the_metrics_endpoint(tmp_path: Path) -> Non
     # the endpoint is gone but the recorded process (this one) lives: still running
     state, lines = run_status(cfg)
     assert state == "running" and any("not reachable" in ln for ln in lines), lines
+
+
+def _table(name: str, batch: int | None, exists: bool = True) -> TableStatus:
+    last = None
+    if batch is not None:
+        last = LastBatch("p1", batch, "inc-1", 3, None, 1_700_000_000.0, {})
+    return TableStatus(f"table {name}", "/wh/" + name, exists, "4 snapshots", last_batch=last)
+
+
+def test_a_routed_set_of_twenty_tables_reads_one_line_per_table_and_one_for_the_set() -> None:
+    statuses = [_table(f"db.t{i:02d}", 7) for i in range(20)]
+    out = io.StringIO()
+    last = print_set_status(statuses, "p1", Console(file=out, width=200))
+    lines = out.getvalue().splitlines()
+    assert len(last) == 20 and len(lines) == 22  # the pipeline, 20 tables, the set
+    assert lines[0] == "pipeline p1: incarnation inc-1, writer epoch 3"
+    assert all(f"table db.t{i:02d}: batch 7, 4 snapshots" in lines[i + 1] for i in range(20))
+    assert lines[-1] == "routed set: 20 tables, every table holds batch 7"
+
+
+def test_a_table_behind_the_set_is_named() -> None:
+    statuses = [_table("db.a", 7), _table("db.b", 6), _table("db.c", None, exists=False)]
+    assert set_summary(statuses) == (
+        "routed set: 3 tables, batch 7 in 1 of them; behind: table db.b (batch 6), "
+        "table db.c (nothing committed) (the next run rolls the set forward)"
+    )
+    assert table_line(statuses[2], "p1") == "table db.c: does not exist yet (nothing committed)"
+    assert set_summary([_table("db.a", None)]) == "routed set: 1 table, no batch committed yet"

@@ -630,3 +630,25 @@ def test_prometheus_scrapes_a_running_pipeline(
         if metrics is not None:
             metrics.stop()
         prom.stop()
+
+
+def test_records_committed_per_table_of_a_routed_set(metrics: PipelineMetrics) -> None:
+    metrics.declare_tables({"main": "db.other", "db.a": "db.a", "db.b": "db.b"})
+    before = scrape(metrics)
+    for table in ("db.other", "db.a", "db.b"):  # every table of the set, from the start
+        assert value(before, "ingest_table_records_total", table=table) == 0
+    metrics.observe_outcome(committed_outcome(1, records=12, table_records={"main": 5, "db.a": 7}))
+    after = scrape(metrics)
+    assert value(after, "ingest_table_records_total", table="db.other") == 5
+    assert value(after, "ingest_table_records_total", table="db.a") == 7
+    assert value(after, "ingest_table_records_total", table="db.b") == 0  # idle this batch
+
+
+def test_per_table_alerts_name_the_table_in_their_summary() -> None:
+    import yaml
+
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    per_table = [r for r in rules if "ingest_table_" in r["expr"]]
+    assert per_table  # the small-files alert at least
+    for rule in per_table:
+        assert "{{ $labels.table }}" in rule["annotations"]["summary"], rule["alert"]

@@ -22,6 +22,7 @@ from pipeline.commit.instant import BatchIdentity
 from pipeline.commit.types import DEAD_LETTER
 from pipeline.config import parse_config
 from pipeline.errors import ConfigError
+from pipeline.ops.verify import verify_pipeline
 
 Coord = tuple[str, int, int]
 
@@ -189,6 +190,9 @@ def test_native_hudi_tables_take_their_topics_exactly_once_across_a_crash(
     assert got["a"] + _of(dead, a) == _of(every, a) and got["b"] + _of(dead, b) == _of(every, b)
     ends = {n: c.committed_offsets(doc["id"]) for n, c in p.tables.commit_tables().mains()}
     assert len({str(o) for o in ends.values()}) == 1  # every table holds the last batch
+    (report,) = verify_pipeline(parse_config(doc), payload=True)  # the set, through hudi-rs
+    assert report.ok and report.complete, report.verdict()
+    assert sum(t.records for t in report.tables) == sum(every.values())
 
 
 @pytest.mark.slow

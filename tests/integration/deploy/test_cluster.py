@@ -102,8 +102,10 @@ def test_spark_submit_to_a_standalone_cluster_exactly_once(
         events.mkdir()
         confs = {
             "spark.executor.memory": "512m",
-            # the first batch waits for both executors, so both get tasks
+            # the first batch waits for both executors, so both get tasks; under load an
+            # executor may take longer to register than the default 30 s of waiting
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s",
             "spark.eventLog.enabled": "true",
             "spark.eventLog.dir": events.as_uri(),
             "spark.eventLog.compress": "false",

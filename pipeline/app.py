@@ -285,6 +285,16 @@ class Pipeline:
             return None
 
 
+def _built_from(pipeline: Pipeline) -> tuple[object, ...]:
+    """The registry schema ids (value, key) and the tables a start was built from."""
+    dec = pipeline.cfg.decode
+    return (
+        dec.registry.schema_id if dec.registry is not None else None,
+        dec.key.schema_id if dec.key is not None else None,
+        tuple(name for name, _ in pipeline.tables.commit_tables()),
+    )
+
+
 def run_following_registry(
     cfg: PipelineConfig,
     spark: SparkSession | None = None,
@@ -293,15 +303,18 @@ def run_following_registry(
     **run_args: Any,
 ) -> RunStats:
     """``Pipeline(cfg).run(**run_args)``, started again each time a batch finds that the
-    table's registry subject has a new version (``[ingest:schema-advanced]``, raised before
-    the batch's side effects: :mod:`pipeline.decode.registry.watch`). Each start resolves
-    the subject's latest version, evolves the table's columns and replays that batch. The
-    returned stats add up the counts of every start. ``started`` gets each new pipeline
-    (the CLI's stop signal handler asks the current one to stop)."""
+    table's registry subject has a new version (``[ingest:schema-advanced]``) or that a new
+    topic of ``source.topicPattern`` needs its routed table (``[ingest:table-set-grew]``),
+    both raised before the batch's side effects (:mod:`pipeline.decode.registry.watch`,
+    :func:`pipeline.formats.routes.new_topic_check`). Each start resolves the subject's
+    latest version and the pattern's topics, evolves the table's columns, opens the new
+    tables and replays that batch. The returned stats add up the counts of every start.
+    ``started`` gets each new pipeline (the CLI's stop signal handler asks the current one
+    to stop)."""
     from pipeline.errors import find_pipeline_error
 
     done = RunStats()
-    followed: tuple[int | None, int | None] | None = None  # the last start's (value, key) ids
+    followed: tuple[object, ...] | None = None  # what the last start was built from
     while True:
         pipeline = Pipeline(cfg, spark)
         if started is not None:
@@ -310,13 +323,9 @@ def run_following_registry(
             stats = pipeline.run(**run_args)
         except Exception as e:
             line = find_pipeline_error(e, tagged=True) or ""
-            if not line.startswith("[ingest:schema-advanced]"):
+            if not line.startswith(("[ingest:schema-advanced]", "[ingest:table-set-grew]")):
                 raise
-            dec = pipeline.cfg.decode
-            now = (
-                dec.registry.schema_id if dec.registry is not None else None,
-                dec.key.schema_id if dec.key is not None else None,
-            )
+            now = _built_from(pipeline)
             if now == followed:  # the restart did not move: never loop
                 raise
             followed = now

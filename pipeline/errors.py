@@ -113,6 +113,14 @@ class TableSetChanged(CommitError):
     code = "table-set"
 
 
+class TableSetGrew(PipelineError):
+    """A batch holds a topic of ``source.topicPattern`` that ``sink.routes.template`` gives
+    a table the running set lacks: raised before the batch's effects, so the run starts
+    again with that table and Spark replays the batch."""
+
+    code = "table-set-grew"
+
+
 class OverlapError(PipelineError):
     """The batch re-reads offsets the table already holds and ``onOverlap: fail``."""
 

@@ -4,7 +4,9 @@ Two ways to route (``by``):
 
 * ``topic`` -- the record's topic picks its table: ``tables`` maps topic names to tables,
   and ``template`` (e.g. ``lake.{topic}``) names the table of every other topic the
-  source reads (``source.topics`` or ``source.assign``);
+  source reads (with ``source.topicPattern``: the topics it matches when the run starts,
+  and a topic that starts matching later gets its table when its first batch comes:
+  the run starts again with it);
 * ``field`` -- a decoded column's value picks it: ``tables`` maps values (``match:
   exact``) or regular expressions over them (``match: regex``, the first that matches
   wins) to tables.
@@ -15,8 +17,7 @@ A table entry is an identifier or an object with per-table overrides of the sink
 ``partitionBy``, ``tableProperties`` and ``targetFileSizeBytes`` (Iceberg), and of
 ``sink.hudi``'s ``basePath``, ``recordKeyFields`` and ``partitionFields`` (Hudi; the base
 path defaults to ``<the directory of sink.hudi.basePath>/<table name>``). The set of tables is
-fixed by the configuration (docs/design.md invariant 16): routes are resolved when the
-pipeline starts, never discovered mid-run.
+fixed when the pipeline starts (docs/design.md invariant 16).
 """
 
 from __future__ import annotations

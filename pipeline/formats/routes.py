@@ -11,15 +11,23 @@ status``, ``ingest verify`` and the drills.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.types import MAIN
 from pipeline.config import PipelineConfig
 from pipeline.config.routes import RoutesConfig, RouteTable, table_for_topic
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, TableSetGrew
 from pipeline.spark.routes import Router
 
-__all__ = ["RoutedTable", "TableRoutes", "check_route_field", "table_routes"]
+__all__ = [
+    "RoutedTable",
+    "TableRoutes",
+    "check_route_field",
+    "new_topic_check",
+    "table_routes",
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,15 @@ def _source_topics(cfg: PipelineConfig) -> list[str] | None:
     return None
 
 
+def _matching_topics(cfg: PipelineConfig) -> list[str]:
+    """The topics ``source.topicPattern`` matches now, as the broker lists them."""
+    from pipeline.kafka.client import KafkaMetadata, consumer_config
+
+    s = cfg.source
+    conf = consumer_config(s.bootstrap_servers, s.kafka, isolation_level=s.isolation_level)
+    return KafkaMetadata(conf, timeout_s=15).topics_matching(s.topic_pattern or "")
+
+
 def _entries(cfg: PipelineConfig, routes: RoutesConfig) -> list[tuple[str, RouteTable]]:
     """``(topic, field value or pattern -> its table)`` in the configuration's order,
     the template expanded over the source's topics."""
@@ -72,11 +89,8 @@ def _entries(cfg: PipelineConfig, routes: RoutesConfig) -> list[tuple[str, Route
                 f"sink.routes.tables names topics the source does not read: {', '.join(unread)}"
             )
     if routes.template is not None:
-        if topics is None:
-            raise ConfigError(
-                "sink.routes.template needs source.topics or source.assign: the tables of a "
-                "topic pattern's topics would only be known mid-run"
-            )
+        if topics is None:  # a pattern: its topics now; a later one restarts the run
+            topics = _matching_topics(cfg)
         entries += [
             (t, RouteTable(table=table_for_topic(routes.template, t)))
             for t in topics
@@ -166,6 +180,27 @@ def table_routes(cfg: PipelineConfig) -> TableRoutes | None:
     column = "_kafka_topic" if routes.by == "topic" else str(routes.field)
     router = Router(column, exact, tuple(patterns), index[default])
     return TableRoutes(tables, router)
+
+
+def new_topic_check(cfg: PipelineConfig) -> Callable[[PartitionOffsets], None] | None:
+    """With ``source.topicPattern`` and ``sink.routes.template``: the check, before each
+    batch, that every topic of the batch has its table in the set resolved at start;
+    TableSetGrew (the run starts again with it, Spark replays the batch) otherwise."""
+    routes = cfg.sink.routes
+    if routes is None or routes.template is None or _source_topics(cfg) is not None:
+        return None
+    resolved = table_routes(cfg)
+    assert resolved is not None
+    known = set(resolved.router.exact)
+    template = routes.template
+
+    def check(end: PartitionOffsets) -> None:
+        new = sorted({tp.topic for tp in end} - known)
+        if new:
+            tables = ", ".join(f"{t} -> {table_for_topic(template, t)}" for t in new)
+            raise TableSetGrew(f"new topic(s) of source.topicPattern: {tables}")
+
+    return check
 
 
 def check_route_field(routes: TableRoutes, columns: list[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pipeline.commit.faults import FaultPoint, FaultPoints, format_faults
@@ -54,7 +54,7 @@ class BatchRunner:
         fence: FenceGuard,
         stop: StopControl,
         spark: Callable[[], SparkSession],
-        schema_check: Callable[[], None] | None = None,
+        before_batch: Sequence[Callable[[PartitionOffsets], None]] = (),
     ) -> None:
         self.cfg = cfg
         self.tables = tables
@@ -67,8 +67,10 @@ class BatchRunner:
         self.fence = fence
         self.stop = stop
         self._spark = spark
-        # a registry format following its subject: SchemaAdvanced before a batch's effects
-        self._schema_check = schema_check
+        # checks of a batch's end offsets before its effects; each may raise to have the
+        # run start again and Spark replay the batch (a registry subject's new version:
+        # SchemaAdvanced; a new topic of a pattern routed by template: TableSetGrew)
+        self._before_batch = list(before_batch)
         self._incarnation: str | None = None
         # (batch id, its logged end offsets): the next batch's start, without a second read
         self._last_end: tuple[int, PartitionOffsets] | None = None
@@ -104,8 +106,8 @@ class BatchRunner:
         from pipeline.spark.settle import settle
 
         start, end = self._offsets(df, batch_id)
-        if self._schema_check is not None:  # after the offsets: see pipeline.decode.registry.watch
-            self._schema_check()
+        for check in self._before_batch:  # after the offsets: pipeline.decode.registry.watch
+            check(end)
         writer = self._writer(df, start, end)
         with self.fence.watch(report=False):  # process_batch reports the failure
             outcome = self.coordinator.run_batch(

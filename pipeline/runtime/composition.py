@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.commit.coordinator import make_coordinator
 from pipeline.commit.faults import FaultPoints
 from pipeline.commit.journal import InstantTimeline
+from pipeline.commit.offsets import PartitionOffsets
 from pipeline.commit.protocol import BatchCoordinator
 from pipeline.config import PipelineConfig
 from pipeline.formats.base import PipelineTables, TableFormat, WritesBatches
@@ -29,6 +31,8 @@ from pipeline.runtime.warm_standby import LeaseHolder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from pipeline.decode.registry.watch import SchemaWatch
 
 __all__ = ["PipelineParts", "check_locally", "compose"]
 
@@ -70,12 +74,25 @@ class PipelineParts:
     lease: LeaseHolder
 
 
+def _before_batch(
+    watch: SchemaWatch | None, new_topics: Callable[[PartitionOffsets], None] | None
+) -> list[Callable[[PartitionOffsets], None]]:
+    """The checks of a batch's end offsets that may start the run again."""
+    checks: list[Callable[[PartitionOffsets], None]] = []
+    if watch is not None:
+        checks.append(lambda _end: watch.check())
+    if new_topics is not None:
+        checks.append(new_topics)
+    return checks
+
+
 def compose(given: PipelineConfig, spark: SparkSession | None = None) -> PipelineParts:
     """The parts of the pipeline ``given`` describes: its tables opened, its coordinator
     chosen by ``commit.mode``; refused first by :func:`check_locally`."""
     from pipeline.decode.registry.table_schema import resolve_registry_schema
     from pipeline.decode.registry.watch import schema_watch
     from pipeline.formats.registry import table_format
+    from pipeline.formats.routes import new_topic_check
 
     cfg = resolve_registry_schema(given)  # a registry format: columns, pinned
     fmt = table_format(cfg)
@@ -121,7 +138,7 @@ def compose(given: PipelineConfig, spark: SparkSession | None = None) -> Pipelin
         fence=fence,
         stop=stopping,
         spark=session.get,
-        schema_check=watch.check if watch else None,
+        before_batch=_before_batch(watch, new_topic_check(cfg)),
     )
     lease = LeaseHolder(
         cfg,

@@ -225,3 +225,56 @@ def test_the_many_tables_example_runs_as_documented(
     where[third] = "lake.t_" + third.replace("-", "_").replace(".", "_")
     _assert_routed(p, r, where)
     assert _by_table(p)["lake.unrouted"] == Counter()
+
+
+@pytest.mark.slow
+def test_a_topic_that_starts_matching_the_pattern_gets_its_table_from_its_first_offset(
+    spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    """``source.topicPattern`` with ``routes.template``: a topic created while the pipeline
+    runs stops the run before its first batch has an effect; the run starts again with
+    the topic's table and Spark replays the batch: every record of both topics once, each
+    in its topic's table."""
+    import time
+
+    from pipeline.app import run_following_registry
+
+    bootstrap = kafka_broker.bootstrap_servers
+    first = kafka_broker.new_topic("rp", 2)
+    prefix = first.rsplit("-", 1)[0]
+    later = f"{prefix}-late"
+    doc = pipeline_config(
+        tmp_path,
+        bootstrap,
+        first,
+        {
+            "catalog": {"warehouse": str(tmp_path / "warehouse")},
+            "table": "db.other",
+            "routes": {"by": "topic", "template": "db.t_{topic}"},
+        },
+        source={"topicPattern": f"{prefix}-.*", "reader": "python"},
+    )
+    doc["source"].pop("topics")
+    doc["trigger"] = {"mode": "processing-time", "interval": "1 second"}
+    r = [produce(bootstrap, first, GeneratorSpec(count=400, seed=21))]
+    phase = {"n": 0, "at": time.monotonic()}
+    starts: list[Pipeline] = []
+
+    def tick(stats: Any) -> None:
+        if phase["n"] == 0 and stats.batches >= 1:
+            kafka_broker.create_topic(later, 2)
+            r.append(produce(bootstrap, later, GeneratorSpec(count=300, seed=22)))
+            phase["n"], phase["at"] = 1, time.monotonic()
+
+    def until(stats: Any) -> bool:
+        return len(starts) > 1 and time.monotonic() - phase["at"] > 12
+
+    run_following_registry(
+        parse_config(doc), spark, started=starts.append, tick=tick, until=until, timeout_s=240
+    )
+    assert len(starts) == 2  # the new topic started the run once more
+    final = Pipeline(parse_config(doc), spark)
+    names = [c.iceberg.name for _, c in final.tables.mains()]  # type: ignore[attr-defined]
+    table_of = {t: "db.t_" + t.replace("-", "_").replace(".", "_") for t in (first, later)}
+    assert names == ["db.other", *table_of.values()]
+    _assert_routed(final, r, table_of)

@@ -84,11 +84,6 @@ def test_field_routes_keep_their_order_and_a_default() -> None:
     [
         ({"by": "topic", "tables": {"nope": "db.n"}}, {}, "topics the source does not read: nope"),
         (
-            {"by": "topic", "template": "lake.{topic}"},
-            {"topicPattern": "o.*"},
-            "needs source.topics or source.assign",
-        ),
-        (
             {
                 "by": "topic",
                 "tables": {"orders": "db.x", "misc": {"table": "db.x", "partitionBy": []}},

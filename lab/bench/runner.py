@@ -50,6 +50,7 @@ SECTIONS = (
     "fixed",
     "decode",
     "peers",
+    "tables",
 )
 _NEEDS: dict[str, set[str]] = {
     "throughput": {"raw", "throughput"},
@@ -65,6 +66,7 @@ _NEEDS: dict[str, set[str]] = {
     "fixed": {"fixed"},
     "decode": {"decode"},
     "peers": {"peers"},
+    "tables": {"tables"},
 }
 
 
@@ -87,8 +89,9 @@ def selected(only: Iterable[str]) -> set[str]:
     bad = sorted(set(names) - set(SECTIONS))
     if bad:
         raise PipelineError(f"--only {', '.join(bad)}: allowed: {', '.join(SECTIONS)}")
-    if not names:  # the peers section only when asked (--peers, --only peers) or --full
-        return {g for s in SECTIONS for g in _NEEDS[s]} - {"peers"}
+    if not names:  # the peers section only when asked (--peers, --only peers) or --full,
+        # the tables section only when asked (--only tables)
+        return {g for s in SECTIONS for g in _NEEDS[s]} - {"peers", "tables"}
     return {g for s in names for g in _NEEDS[s]}
 
 

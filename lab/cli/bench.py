@@ -27,7 +27,9 @@ def bench(
         list[str] | None,
         typer.Option(
             help="section (repeatable): raw, throughput, overhead, latency, cpu, "
-            "memory, freshness, recovery, growth, catalogs, fixed, decode, peers"
+            "memory, freshness, recovery, growth, catalogs, fixed, decode, peers, tables "
+            "(many tables from one pipeline against one table and against Iceberg's Kafka "
+            "Connect sink; only when named)"
         ),
     ] = None,
     records: Annotated[
@@ -131,4 +133,7 @@ def bench(
         peer=tuple(peer or ()),
         peers_part=tuple(peers_part or ()),
     )
-    run_bench(opts, out, extra={"peers": bench_section(opts.peer, opts.peers_part)})
+    from lab.peers import tables
+
+    extra = {"peers": bench_section(opts.peer, opts.peers_part), "tables": tables.bench_section()}
+    run_bench(opts, out, extra=extra)

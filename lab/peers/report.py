@@ -1,5 +1,6 @@
 """The peers section's console tables and its chart (``peers.png``, beside report.json):
-records per CPU-second per system and record size, and freshness p50 / p99."""
+records per CPU-second per system and record size, and freshness p50 / p99; the tables
+section's console table (:func:`print_tables`)."""
 
 from __future__ import annotations
 
@@ -173,3 +174,34 @@ if __name__ == "__main__":  # python -m lab.peers.report docs/bench/peers/report
     import sys
 
     print(markdown(json.loads(Path(sys.argv[1]).read_text())["peers"]), end="")
+
+
+def print_tables(section: dict[str, Any], console: Console) -> None:
+    for fmt, part in section["by_format"].items():
+        t = Table(title=f"tables ({fmt}): one pipeline, many tables")
+        for col in ("run", "tables", "records", "CPU-s", "cores", "rec/CPU-s", "peak GiB",
+                    "commit p50 s", "exactly once"):  # fmt: skip
+            t.add_column(col, justify="left" if col == "run" else "right")
+        rows = {**part["runs"], "connect": part["connect"]}
+        for name, r in rows.items():
+            if "cpu_s" not in r:
+                t.add_row(name, *["—"] * 7, str(r.get("error") or r.get("skipped"))[:40])
+                continue
+            commit = (r.get("commit_phase") or {}).get("p50_s")
+            t.add_row(
+                name,
+                str(r["tables"]),
+                f"{r['records']:,}",
+                f"{r['cpu_s']:.1f}",
+                f"{r['cores_used']}",
+                f"{r['records_per_cpu_s']:,.0f}",
+                f"{r['peak_rss_bytes'] / 2**30:.2f}",
+                "—" if commit is None else f"{commit:.3f}",
+                str(r["exactly_once"]),
+            )
+        console.print(t)
+        for g in part["goals"]:
+            ratio = "" if g.get("ratio") is None else f" {g['ratio']}"
+            console.print(
+                f"  {'met' if g['met'] else 'NOT met'}{ratio}: {g['goal']}", highlight=False
+            )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.kafka_fixtures import KafkaTestBroker
 
 from lab.bench import stats
 from lab.bench.decode_cost import decode_cost
@@ -381,3 +382,88 @@ def test_the_catalogs_section_times_commits_on_both_catalogs(tmp_path: Path) -> 
         assert row["commit_p50_ms"] <= row["protocol_p50_ms"]
     assert section["rest_over_sql"]["commit_p50_ms"] > 0
     assert section["warmup_commits_left_out"] == WARMUP
+
+
+def test_the_tables_goals_compare_the_runs_and_judge_nothing_unmeasured() -> None:
+    from lab.peers.tables import goals, idle_cost
+
+    def run(cpu: float, commit: float, peak: int, tables: int = 20) -> dict[str, Any]:
+        return {
+            "cpu_s": cpu,
+            "cores_used": 1.0,
+            "steady": {"cpu_s_per_million": cpu / 2},
+            "commit_phase": {"p50_s": commit},
+            "peak_rss_bytes": peak,
+            "records_per_cpu_s": 1e6 / cpu,
+            "exactly_once": True,
+            "tables": tables,
+            "committed_batches": 10,
+            "table_commits": {"empty_p50_s": 0.02, "with_files_p50_s": 0.05},
+        }
+
+    runs = {
+        "one_table": run(40.0, 0.05, 1000, tables=1),
+        "many_tables": run(50.0, 0.2, 1600),
+        "idle_tables": run(45.0, 0.145, 1000),
+    }
+    connect = {"records_per_cpu_s": 10_000.0, "cores_used": 0.9, "exactly_once": True}
+    cpu, commit, peak, vs_connect, once = goals(runs, connect)
+    assert (cpu["ratio"], cpu["met"]) == (1.25, True)
+    assert (commit["ratio"], commit["met"]) == (4.0, False)
+    assert (peak["ratio"], peak["met"]) == (1.6, False)
+    assert (vs_connect["ratio"], vs_connect["met"]) == (2.0, True)  # 20,000 against 10,000
+    assert once["met"] is True
+    assert goals(runs, {"error": "timed out"})[3]["met"] is None  # not measured: no verdict
+    idle = idle_cost(runs)
+    assert idle is not None and idle["idle_tables"] == 19
+    assert idle["extra_commit_phase_per_batch_s"] == pytest.approx(0.095)
+    assert idle["per_idle_table_ms"] == pytest.approx(5.0)
+    assert idle["cpu_per_idle_table_per_batch_ms"] == pytest.approx(500 / 19, abs=0.01)
+
+
+# Three pipeline runs (one table, three tables, idle tables) at a few thousand records:
+# ~1.5-2 min on a 2-core host. The Connect peer is left out: its many-tables run has its
+# own test (tests/integration/lab/test_peers_kafka_connect.py).
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_tables_section_routes_topics_to_tables_exactly_once(
+    kafka_broker: KafkaTestBroker, tmp_path: Path
+) -> None:
+    from lab.bench.dataset import BenchBroker
+    from lab.peers.tables import TablesPlan, run_tables
+
+    plan = TablesPlan(
+        topics=3, records=3_000, partitions=2, batch=500, connect=False, timeout_s=300.0
+    )
+    section = run_tables(
+        BenchBroker(kafka_broker.bootstrap_servers), plan, tmp_path, lambda _line: None
+    )
+    json.dumps(section)  # what report.json holds
+    sets = section["data_sets"]
+    assert sets["records_many"] == sets["records_one"] == 3_000
+    assert len(sets["many_topics"]) == 3 and len(sets["empty_topics"]) == 2
+    part = section["by_format"]["iceberg"]
+    runs = part["runs"]
+    assert list(runs) == ["one_table", "many_tables", "idle_tables"]
+    assert [runs[k]["tables"] for k in runs] == [1, 3, 3]
+    for name, r in runs.items():
+        # every produced (topic, partition, offset) once, in its topic's table
+        assert r["exactly_once"] and r["records"] == 3_000, (name, r["tally"])
+        assert r["tally"]["present"] == r["tally"]["expected"] == 3_000
+        assert r["committed_batches"] >= 2 and r["commit_phase"]["p50_s"] > 0
+        assert r["cpu_s"] > 0 and r["peak_rss_bytes"] > 100 * 2**20  # the cgroup saw the JVM
+        # every table stands at the last batch: the idle ones committed it too
+        assert r["tables_at_last_batch"] == r["tables"], name
+    idle = part["idle_table_commit"]
+    assert idle["idle_tables"] == 2 and idle["per_idle_table_ms"] is not None
+    assert idle["empty_commit_p50_s"] > 0 and idle["one_table_commit_p50_s"] > 0
+    # every batch after the first: one empty commit per idle table
+    later = runs["idle_tables"]["committed_batches"] - 1
+    assert runs["idle_tables"]["table_commits"]["empty"] == 2 * later
+    assert part["connect"] == {"skipped": "not in the plan"}
+    cpu, commit, peak, connect, once = part["goals"]
+    for g in (cpu, commit, peak):
+        assert g["ratio"] > 0 and isinstance(g["met"], bool), g
+    assert cpu["one_table_cores_used"] == runs["one_table"]["cores_used"] > 0
+    assert connect["met"] is None and connect["connect"] is None  # not measured: no verdict
+    assert once["met"] is True

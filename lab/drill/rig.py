@@ -29,6 +29,7 @@ import yaml
 from lab.cluster import StandaloneCluster
 from lab.drill import compactions, verdict
 from lab.drill.brokers import DrillBroker, nodes_for
+from lab.drill.count import RouteEpoch
 from lab.drill.driver import DriverProcess
 from lab.drill.model import (
     REGISTRY_SCENARIOS,
@@ -151,13 +152,22 @@ class Rig:
             self.on_status(f"starting a {nodes}-node Kafka cluster")
         self.broker = DrillBroker(bootstrap, brokers=nodes)
         self._services.callback(self.broker.stop)  # first to go (LIFO), also on a failed setup
-        self.topic = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
-        self.broker.create_topic(self.topic, spec.partitions)
+        base = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
+        routed = spec.routed
+        partitions = spec.partitions if routed is None else routed.partitions
+        # a routed drill's topics, each to a table of its own (the late ones: added mid-drill)
+        self.topics = (
+            [base] if routed is None else [f"{base}-{i:02d}" for i in range(routed.topics)]
+        )
+        self.topic = self.topics[0]
+        for t in self.topics:
+            self.broker.create_topic(t, partitions)
+        read = self.topics if routed is None else self.topics[: routed.topics - routed.late]
         self.config_dict = drill_config(
             spec,
             workdir,
             self.broker.bootstrap_servers,
-            self.topic,
+            read,
             catalog,
             self.cluster.master_url if self.cluster is not None else None,
             self.s3,
@@ -169,8 +179,8 @@ class Rig:
         self.cfg: PipelineConfig = parse_config(self.config_dict)
         self.producer = RateProducer(
             self.broker.bootstrap_servers,
-            self.topic,
-            spec.partitions,
+            read,
+            partitions,
             spec.rate,
             seed=7,
             conf=self.producer_conf,
@@ -184,6 +194,8 @@ class Rig:
             # the rig observes and counts through columns of its own (the drivers' config
             # stays unresolved: they follow the subject's versions)
             self.cfg = resolve_registry_schema(self.cfg)
+        # the routes in force, oldest first, when a routed drill changed them between runs
+        self.route_epochs: list[RouteEpoch] = []
         self.drivers: list[DriverProcess] = []
         self.extra: dict[str, Any] = {}  # scenario resources (e.g. a private PostgreSQL)
         self.recoveries: list[Recovery] = []
@@ -224,6 +236,23 @@ class Rig:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def reconfigure(
+        self, config: dict[str, Any], routes_from: dict[TopicPartition, int] | None = None
+    ) -> None:
+        """The drivers started from now on run ``config``; ``routes_from``: its routes
+        place every partition's records from these offsets on (the earlier ones stay
+        where the routes before put them; see ``count.RouteEpoch``)."""
+        cfg = parse_config(config)
+        if routes_from is not None:
+            if not self.route_epochs:
+                self.route_epochs.append(RouteEpoch(self.cfg))
+            self.route_epochs.append(RouteEpoch(cfg, dict(routes_from)))
+        with self._sample_lock:
+            self.config_dict = config
+            self.config_path.write_text(yaml.safe_dump(config))
+            self.cfg = cfg
+            self._tables = None
 
     # -- events ---------------------------------------------------------------------------
     def event(self, kind: str, detail: str = "") -> None:
@@ -401,6 +430,6 @@ class Rig:
         """Exactly-once check: the independent verifier (``ingest verify``) and our own
         count of the producer's acknowledged offsets against the tables; the worse of the
         two numbers is reported. ``lost``: offsets the table recorded as data loss."""
-        verdict.count_produced(self.result, self.cfg, self.producer, lost or {})
+        verdict.count_produced(self.result, self.cfg, self.producer, lost or {}, self.route_epochs)
         verdict.check_independently(self.result, self.cfg)
         self.count_outcomes()

@@ -129,3 +129,36 @@ def test_demo_claims_new_and_its_own_directories_only(tmp_path: Path) -> None:
     assert sorted(p.name for p in lake.iterdir()) == [DEMO_MARKER, "keep.txt"]
     with pytest.raises(ConfigError, match="not created by `ingest demo`"):
         claim_demo_lake(tmp_path)  # holds new/: not the demo's
+
+
+def test_demo_with_tables_writes_each_topic_into_a_table_of_its_own(tmp_path: Path) -> None:
+    """``ingest demo --tables 3``: three topics, one pipeline, three Iceberg tables; the
+    demo's own check per table, and the tables read here: each holds its topic's records
+    once (the rest are dead letters) and no other topic's."""
+    from collections import Counter
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    from support.drivers import run_cli
+
+    lake = tmp_path / "lake"
+    r = run_cli(
+        "demo", "--tables", "3", "--events", "900", "--rate", "3000", "--partitions", "2",
+        "--lake", str(lake), timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "EXACTLY ONCE across 3 tables: 900 produced" in r.stdout, r.stdout[-3000:]
+    assert "0 missing, 0 duplicated, 0 in another topic's table" in r.stdout, r.stdout[-3000:]
+    for i in (1, 2, 3):
+        assert f"demo.events_{i}" in r.stdout and f"events-{i}" in r.stdout
+    wh = lake / "warehouse"
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{wh}/catalog.db", warehouse=wh.as_uri())
+    cols = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+    dead = catalog.load_table("demo.events_1_dead_letter").scan(selected_fields=cols).to_arrow()
+    total = dead.num_rows
+    for i in (1, 2, 3):
+        rows = catalog.load_table(f"demo.events_{i}").scan(selected_fields=cols).to_arrow()
+        coords = Counter(zip(*(rows[c].to_pylist() for c in cols), strict=True))
+        assert {t for t, _, _ in coords} == {f"events-{i}"}
+        assert max(coords.values()) == 1
+        total += rows.num_rows
+    assert total == 900

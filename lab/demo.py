@@ -325,6 +325,7 @@ def _check_and_copy_to_hudi(
 ) -> bool:
     """The one-table demo's check of its Iceberg table, then the same topic copied into
     a Hudi table by a second pipeline, and checked."""
+    from pipeline.app import Pipeline
     from pipeline.config import parse_config
     from pipeline.ops.verify import compare, offsets_by_partition
 

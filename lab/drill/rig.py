@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from lab.cluster import StandaloneCluster
-from lab.drill import compactions, verdict
+from lab.drill import compactions, services, verdict
 from lab.drill.brokers import DrillBroker, nodes_for
 from lab.drill.count import RouteEpoch
 from lab.drill.driver import DriverProcess
@@ -39,7 +39,6 @@ from lab.drill.model import (
     FaultEvent,
     Recovery,
     Sample,
-    SkipDrill,
 )
 from lab.drill.pipeline_config import drill_config
 from lab.drill.producer import RateProducer
@@ -93,56 +92,20 @@ class Rig:
                 self._services.callback(self.cluster.stop)
             if spec.scenario in REGISTRY_SCENARIOS:
                 self.on_status("starting a Schema Registry (Apicurio)")
-                self.registry = self._start_registry(workdir / "registry")
+                self.registry = services.start_registry(self._services, workdir / "registry")
             if spec.storage == "s3" or spec.on_rest:
                 self.on_status("starting an S3 server (SeaweedFS)")
-                self.s3 = self._start_s3(workdir / "s3")
+                self.s3 = services.start_s3(self._services, workdir / "s3")
             if spec.on_rest:
                 self.on_status("starting Iceberg's REST catalog")
-                self.rest = self._start_rest(workdir / "rest-catalog", catalog_postgres)
+                self.rest = services.start_rest(
+                    self._services, workdir / "rest-catalog", self.s3, catalog_postgres
+                )
                 catalog = self.rest.sink_catalog("drill")
             self._setup(spec, workdir, bootstrap, catalog)
         except BaseException:
             self._services.close()
             raise
-
-    def _start_registry(self, where: Path) -> SchemaRegistryServer:
-        from lab.registry import start_registry
-        from pipeline.errors import EnvironmentProblem
-
-        try:
-            server = start_registry(where)
-        except EnvironmentProblem as e:
-            raise SkipDrill(f"no Schema Registry: {e.message}") from None
-        self._services.callback(server.close)
-        return server
-
-    def _start_rest(self, where: Path, postgres: str | None) -> RestCatalogServer:
-        from lab.rest_catalog import start_rest_catalog
-        from pipeline.errors import EnvironmentProblem
-
-        assert self.s3 is not None
-        if postgres is None:
-            raise SkipDrill("no PostgreSQL for the REST catalog")
-        try:
-            server = start_rest_catalog(
-                where, postgres_uri=postgres, store=self.s3, bucket=self.s3.new_bucket("rest")
-            )
-        except EnvironmentProblem as e:
-            raise SkipDrill(f"no REST catalog: {e.message}") from None
-        self._services.callback(server.close)
-        return server
-
-    def _start_s3(self, where: Path) -> S3Server:
-        from lab.objectstore import S3Unavailable, start_seaweedfs
-
-        server = start_seaweedfs(where)
-        try:
-            up = next(server)
-        except S3Unavailable as e:
-            raise SkipDrill(f"no S3-compatible server: {e}") from None
-        self._services.callback(server.close)
-        return up
 
     def _setup(
         self, spec: DrillSpec, workdir: Path, bootstrap: str | None, catalog: dict[str, Any] | None

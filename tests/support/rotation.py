@@ -114,7 +114,7 @@ DRILLS: dict[tuple[str, str], int] = {
     # routed sets (2026-12-08; timed on a host shared with other Spark jobs, load ~10;
     # CI's default stage crashes a routed set between its tables' commits:
     # tests/integration/formats/test_routes.py)
-    ("routed-kill", "iceberg"): 1,  # 258 s
+    ("routed-kill", "iceberg"): 1,  # 258 s (121 s at load ~2)
     ("routed-route-change", "iceberg"): 6,  # 316 s
     ("routed-new-topic", "iceberg"): 7,  # 149 s
     ("routed-checkpoint-deleted", "iceberg"): 4,  # 185 s (twenty tables)

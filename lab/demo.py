@@ -16,7 +16,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from rich.console import Console
@@ -28,6 +28,9 @@ from pipeline.commit.types import BatchOutcome
 from pipeline.errors import ConfigError
 from pipeline.observe.base import OutcomeCallback
 from pipeline.preflight import check_writable
+
+if TYPE_CHECKING:
+    from pipeline.app import Pipeline
 
 
 def _decode(registry_url: str | None) -> dict[str, Any]:
@@ -174,56 +177,75 @@ def run_demo(
     brokers: int = DEMO_BROKERS,
     value_format: str = "json",
     reader: str = "auto",
+    tables: int = 1,
 ) -> bool:
+    """``tables`` > 1: that many topics into as many Iceberg tables through one pipeline
+    (lab/demo_tables.py), each table checked; the Hudi copy is left out."""
     from lab.broker import KAFKA_VERSION, KafkaCluster
+    from lab.demo_tables import check_tables, demo_topics, print_checks, routed_sink
     from lab.generator import GeneratorSpec, ProduceResult, produce
     from pipeline.app import Pipeline
     from pipeline.config import parse_config
-    from pipeline.ops.verify import compare, offsets_by_partition
 
     os.environ.setdefault("INGEST_SPARK_LOG_LEVEL", "ERROR")
     lake = claim_demo_lake(lake.resolve())
-    topic = "events"
+    topics = demo_topics(tables)
+    topic = topics[0]
     nodes = "1 node" if brokers == 1 else f"{brokers} nodes"
     console.print(f"starting Apache Kafka {KAFKA_VERSION} ({nodes}, KRaft) …")
     kafka_dir = lake / "kafka"
     ok = False
     with contextlib.ExitStack() as stack:
         broker = stack.enter_context(KafkaCluster(brokers, data_dir=kafka_dir))
-        broker.create_topic(topic, partitions)
+        for t in topics:
+            broker.create_topic(t, partitions)
         _await_producer_ids(broker.bootstrap_servers)
+        named = f"topic {topic!r}" if tables == 1 else f"{tables} topics {', '.join(topics)}"
         console.print(
             f"[bold]Apache Kafka {KAFKA_VERSION}[/] at {broker.bootstrap_servers} ({nodes}, "
-            f"log under {kafka_dir}), topic {topic!r} with {partitions} partitions, "
+            f"log under {kafka_dir}), {named} with {partitions} partitions, "
             f"replication factor {broker.replication_factor}"
         )
         url, encode = (
             _avro_events(stack, lake, topic, console) if value_format == "avro" else (None, None)
         )
-        cfg = parse_config(demo_config(lake, broker.bootstrap_servers, topic, url, reader))
+        doc = demo_config(lake, broker.bootstrap_servers, topic, url, reader)
+        if tables > 1:
+            doc["source"]["topics"] = topics
+            doc["sink"] = routed_sink(doc["sink"], topics)
+        cfg = parse_config(doc)
         pipeline = Pipeline(cfg)
         console.print(f"starting Spark (local[2]), source.reader {pipeline.source.reader.name} …")
         _ = pipeline.spark
 
-        produced = {"n": 0}
+        produced = {t: 0 for t in topics}
         result: dict[str, ProduceResult] = {}
         failure: list[BaseException] = []
 
-        def producer() -> None:
+        def producer(t: str, count: int) -> None:
             try:
-                spec = GeneratorSpec(count=events, rate=rate, malformed_fraction=malformed)
-                result["r"] = produce(
+                spec = GeneratorSpec(
+                    count=count, rate=rate / len(topics), malformed_fraction=malformed
+                )
+                result[t] = produce(
                     broker.bootstrap_servers,
-                    topic,
+                    t,
                     spec,
-                    on_progress=lambda n: produced.__setitem__("n", n),
+                    on_progress=lambda n: produced.__setitem__(t, n),
                     encode=encode,
                 )
             except BaseException as e:  # surfaced below
                 failure.append(e)
 
-        thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
-        thread.start()
+        # the events shared out over the topics, each topic's producer at its share of the rate
+        shares = [events // len(topics) + (i < events % len(topics)) for i in range(len(topics))]
+        threads = [
+            threading.Thread(target=producer, args=(t, n), name=f"demo-producer-{t}", daemon=True)
+            for t, n in zip(topics, shares, strict=True)
+            if n
+        ]
+        for thread in threads:
+            thread.start()
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -255,64 +277,95 @@ def run_demo(
             pipeline.add_observer(OutcomeCallback(announce))  # the progress display
 
             def tick(stats: object) -> None:
-                progress.update(p_task, completed=produced["n"])  # the producer's side
+                progress.update(p_task, completed=sum(produced.values()))  # producers' side
                 show_committed()
 
             def done(stats: object) -> bool:
                 s = pipeline.stats
                 return bool(failure) or (
-                    not thread.is_alive() and s.records + s.dead_letters >= events
+                    not any(t.is_alive() for t in threads) and s.records + s.dead_letters >= events
                 )
 
             pipeline.run(until=done, tick=tick, timeout_s=timeout)
         if failure:
             raise failure[0]
-        thread.join()
+        for thread in threads:
+            thread.join()
         expected = {
             TopicPartition(t, p): range(first, last + 1)
-            for (t, p), (first, last) in result["r"].offsets.items()
+            for r in result.values()
+            for (t, p), (first, last) in r.offsets.items()
         }
-        tables: Any = pipeline.tables  # the demo writes Iceberg tables: pyiceberg reads them
-        main = tables.main.table()
-        dlq = tables.dead_letter.table() if tables.dead_letter else None
-        present = offsets_by_partition(
-            b
-            for t in (main, dlq)
-            if t is not None
-            for b in t.scan(
-                selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
-            ).to_arrow_batch_reader()
-        )
-        report = compare(present, expected)
-        _print_summary(console, report, main, dlq, lake)
-
-        # The same topic into a Hudi copy-on-write table: a second pipeline, same protocol.
-        console.print("\n[bold]Hudi[/]: a second pipeline copies the topic into a Hudi table")
-        hudi_doc = hudi_demo_config(lake, broker.bootstrap_servers, topic, url, reader)
-        hudi_cfg = parse_config(hudi_doc)
-        hudi_pipeline = Pipeline(hudi_cfg, pipeline.spark)
-        hudi_pipeline.add_observer(
-            OutcomeCallback(
-                lambda o: console.print(
-                    f"hudi batch {o.batch_id} {o.outcome}: {o.records} rows, "
-                    f"{o.dead_letter_records} dead letters, instant {o.instant}"
-                )
-            )
-        )
-        hudi_pipeline.run(timeout_s=timeout)
-        hudi_report = compare(_hudi_offsets(lake), expected)
-        t = hudi_report.totals()
-        verdict = "[bold green]EXACTLY ONCE[/]" if hudi_report.ok else "[bold red]MISMATCH[/]"
-        console.print(
-            f"{verdict} (Hudi, read with {_hudi_reader()}): {t.expected} produced, "
-            f"{t.present} present, {t.missing} missing, {t.duplicated} duplicated — "
-            f"{lake / 'hudi' / 'events'}"
-        )
-        pipeline.spark.stop()
-        ok = report.ok and hudi_report.ok
+        iceberg: Any = pipeline.tables  # the demo writes Iceberg tables: pyiceberg reads them
+        if tables > 1:
+            ok = print_checks(console, check_tables(iceberg, topics, expected), lake)
+            console.print("(--tables: Iceberg only; the Hudi copy is not part of this demo)")
+            pipeline.spark.stop()
+        else:
+            ok = _check_and_copy_to_hudi(
+                console, pipeline, iceberg, expected, lake, broker.bootstrap_servers, topic,
+                url, reader, timeout,
+            )  # fmt: skip
     if ok:  # the broker's log is kept (until the next demo) only when the check failed
         shutil.rmtree(kafka_dir, ignore_errors=True)
     return ok
+
+
+def _check_and_copy_to_hudi(
+    console: Console,
+    pipeline: Pipeline,
+    iceberg: Any,
+    expected: dict[TopicPartition, range],
+    lake: Path,
+    bootstrap: str,
+    topic: str,
+    url: str | None,
+    reader: str,
+    timeout: float,
+) -> bool:
+    """The one-table demo's check of its Iceberg table, then the same topic copied into
+    a Hudi table by a second pipeline, and checked."""
+    from pipeline.app import Pipeline
+    from pipeline.config import parse_config
+    from pipeline.ops.verify import compare, offsets_by_partition
+
+    main = iceberg.main.table()
+    dlq = iceberg.dead_letter.table() if iceberg.dead_letter else None
+    present = offsets_by_partition(
+        b
+        for t in (main, dlq)
+        if t is not None
+        for b in t.scan(
+            selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")
+        ).to_arrow_batch_reader()
+    )
+    report = compare(present, expected)
+    _print_summary(console, report, main, dlq, lake)
+
+    # The same topic into a Hudi copy-on-write table: a second pipeline, same protocol.
+    console.print("\n[bold]Hudi[/]: a second pipeline copies the topic into a Hudi table")
+    hudi_doc = hudi_demo_config(lake, bootstrap, topic, url, reader)
+    hudi_cfg = parse_config(hudi_doc)
+    hudi_pipeline = Pipeline(hudi_cfg, pipeline.spark)
+    hudi_pipeline.add_observer(
+        OutcomeCallback(
+            lambda o: console.print(
+                f"hudi batch {o.batch_id} {o.outcome}: {o.records} rows, "
+                f"{o.dead_letter_records} dead letters, instant {o.instant}"
+            )
+        )
+    )
+    hudi_pipeline.run(timeout_s=timeout)
+    hudi_report = compare(_hudi_offsets(lake), expected)
+    t = hudi_report.totals()
+    verdict = "[bold green]EXACTLY ONCE[/]" if hudi_report.ok else "[bold red]MISMATCH[/]"
+    console.print(
+        f"{verdict} (Hudi, read with {_hudi_reader()}): {t.expected} produced, "
+        f"{t.present} present, {t.missing} missing, {t.duplicated} duplicated — "
+        f"{lake / 'hudi' / 'events'}"
+    )
+    pipeline.spark.stop()
+    return report.ok and hudi_report.ok
 
 
 def _avro_events(

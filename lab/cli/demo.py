@@ -43,6 +43,14 @@ def demo(
             "or spark (Spark's own Kafka source)"
         ),
     ] = "auto",
+    tables: Annotated[
+        int,
+        typer.Option(
+            help="N > 1: N topics (events-1 … events-N) into N Iceberg tables (demo.events_1 "
+            "…) through one pipeline (sink.routes by topic), each table checked; no Hudi copy",
+            min=1,
+        ),
+    ] = 1,
 ) -> None:
     """Apache Kafka (one KRaft node, its own JVM; its log under LAKE/kafka) + event generator
     + pipelines into LAKE (Iceberg, then Hudi), then verify exactly-once."""
@@ -52,6 +60,8 @@ def demo(
         raise UsageError(f"--format must be json or avro (got {value_format!r})")
     if reader not in ("auto", "python", "spark"):
         raise UsageError(f"--reader must be auto, python or spark (got {reader!r})")
+    if tables > 1 and value_format != "json":
+        raise UsageError("--tables takes JSON events (--format json)")
     setup_logging("demo", screen=logging.WARNING)
     ok = run_demo(
         lake,
@@ -63,5 +73,6 @@ def demo(
         out,
         value_format=value_format,
         reader=reader,
+        tables=tables,
     )
     raise typer.Exit(0 if ok else 1)

@@ -8,8 +8,10 @@ producer.py         the rate producer: what it acknowledged is what the tables m
 driver.py           one ``ingest run`` as its own process group
 pipeline_config.py  the pipeline config a drill runs
 rig.py              the live rig: ties those together, samples the committed offsets
+services.py         the services a drill may start beside Kafka (registry, S3, REST catalog)
 verdict.py          the final count: our own against the producer, and ``ingest verify``
-count.py            the tables' records counted against the acknowledged offsets
+count.py            the tables' records counted against the acknowledged offsets (a
+                    routed set: once over its tables, each in its route's table)
 scenarios/          one function per scenario, a module per kind of fault
 report.py           rich table, JSON report, PNG timeline
 runner.py           matrix selection and the live progress display

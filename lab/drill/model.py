@@ -57,6 +57,11 @@ class DrillSpec:
     catalog: Catalog = "sql"
 
     @property
+    def routed(self) -> RoutedSet | None:
+        """The routed set of the drill's topics (None: one topic, one main table)."""
+        return ROUTED_SCENARIOS.get(self.scenario)
+
+    @property
     def on_rest(self) -> bool:
         """Iceberg tables through a REST catalog (the drill starts one, and S3 for it)."""
         return self.catalog == "rest" and self.table_format != "hudi"
@@ -89,6 +94,24 @@ class DrillSpec:
         return name if self.reader == "auto" else f"{name}@{self.reader}-reader"
 
 
+@dataclass(frozen=True)
+class RoutedSet:
+    """A routed drill's topics: ``topics`` topics of ``partitions`` partitions each, routed
+    by topic (``sink.routes``) to a table each, the first one to ``sink.table``."""
+
+    topics: int
+    partitions: int
+    late: int = 0  # the last topics: created, then produced to and read only mid-drill
+
+
+# scenarios on a routed set -> its topics (Iceberg only: the routed Hudi set is not in yet)
+ROUTED_SCENARIOS: dict[str, RoutedSet] = {
+    "routed-kill": RoutedSet(3, 2),
+    "routed-route-change": RoutedSet(3, 2),
+    "routed-new-topic": RoutedSet(3, 2, late=1),
+    "routed-checkpoint-deleted": RoutedSet(20, 1),
+    "routed-zombie": RoutedSet(3, 2),
+}
 CLUSTER_ONLY = frozenset({"executor-loss"})  # scenarios that need the standalone cluster
 # scenarios whose topic carries Avro through a Schema Registry the rig starts
 REGISTRY_SCENARIOS = frozenset({"avro-schema-change"})

@@ -6,6 +6,7 @@ safety interval (``compactions.DRILL_ORPHANS``) for the kill, zombie and standby
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,22 @@ from lab.objectstore import S3Server
 TRIGGER = "1 second"
 
 
+def routes_by_topic(topics: Sequence[str], own: Sequence[str] | None = None) -> dict[str, Any]:
+    """``sink.routes`` of a routed drill: each topic of ``own`` (default: all but the
+    first) to a table of its own, ``drill.tNN`` by its place in ``topics``; the others to
+    ``sink.table``."""
+    chosen = topics[1:] if own is None else own
+    return {
+        "by": "topic",
+        "tables": {t: f"drill.t{i:02d}" for i, t in enumerate(topics) if t in chosen},
+    }
+
+
 def drill_config(
     spec: DrillSpec,
     workdir: Path,
     bootstrap: str,
-    topic: str,
+    topic: str | Sequence[str],
     catalog: dict[str, Any] | None,
     master: str | None = None,
     s3: S3Server | None = None,
@@ -29,7 +41,8 @@ def drill_config(
     """Pipeline config of a drill: 1 s processing-time trigger, metrics on a free port;
     ``master``: a standalone cluster's URL (else local[N,4]); ``s3``: tables in a new
     bucket of that server; ``registry_url``: the topic carries Avro through that Schema
-    Registry (``decode.format: avro``, the subject's latest version). The kill, zombie and
+    Registry (``decode.format: avro``, the subject's latest version); several topics: a
+    routed set (:func:`routes_by_topic`). The kill, zombie and
     standby drills run with background compaction (:data:`compactions.DRILL_COMPACTION`)
     and background orphan cleanup (:data:`compactions.DRILL_ORPHANS`)."""
     from lab.events import event_schema_fields
@@ -51,9 +64,12 @@ def drill_config(
                 "properties": {**sink["catalog"].get("properties", {}), **s3.properties()},
             }
         sink["partitionBy"] = ["day(ts)"]
+    topics = [topic] if isinstance(topic, str) else list(topic)
+    if len(topics) > 1:
+        sink["routes"] = routes_by_topic(topics)
     config: dict[str, Any] = {
         "id": f"drill-{spec.scenario}",
-        "source": {"bootstrapServers": bootstrap, "topics": [topic], "reader": spec.reader},
+        "source": {"bootstrapServers": bootstrap, "topics": topics, "reader": spec.reader},
         "decode": (
             {"format": "json", "schema": event_schema_fields()}
             if registry_url is None

@@ -1,5 +1,6 @@
 """``RateProducer`` — a thread writing generated events (lab/generator.py) at a
-set rate, round-robin over partitions, idempotent with ``acks=all`` (a record counts once
+set rate, round-robin over its topics and their partitions (a routed drill's topics;
+``add_topic`` adds one mid-run), idempotent with ``acks=all`` (a record counts once
 every in-sync replica has it), remembering every acknowledged (partition, offset): that set
 is what the tables must hold exactly once.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pipeline.commit.offsets import TopicPartition
 
@@ -24,21 +25,25 @@ class RateProducer:
     def __init__(
         self,
         bootstrap: str,
-        topic: str,
+        topic: str | Sequence[str],
         partitions: int,
         rate: float,
         seed: int,
         conf: dict[str, str] | None = None,
     ):
-        self.bootstrap, self.topic, self.partitions, self.rate = bootstrap, topic, partitions, rate
+        self.topics = [topic] if isinstance(topic, str) else list(topic)
+        self.topic = self.topics[0]
+        self.bootstrap, self.partitions, self.rate = bootstrap, partitions, rate
         self.seed = seed
         self.conf = dict(conf or {})  # librdkafka settings over the defaults below
-        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.acked: dict[TopicPartition, list[int]] = {}
         # Acknowledged without an offset, per partition: librdkafka reports a retried batch
         # the broker already had (DUPLICATE_SEQUENCE_NUMBER, e.g. after every node was
         # SIGKILLed before its acknowledgement got out) as delivered, offset unknown.
-        self.unplaced: dict[int, int] = {p: 0 for p in range(partitions)}
-        self._trailing: dict[int, int] = {p: 0 for p in range(partitions)}  # after the last
+        self.unplaced: dict[TopicPartition, int] = {}
+        self._trailing: dict[TopicPartition, int] = {}  # unplaced after the last known offset
+        for t in self.topics:
+            self._track(t)
         self.errors: list[str] = []
         # re-encodes each generated JSON value (value, malformed) -> bytes: Avro for the
         # registry drill, whose scenario swaps it for a new schema version mid-drill
@@ -49,6 +54,17 @@ class RateProducer:
         self._running.set()
         self._flushed = threading.Event()  # set by the producer thread once paused and flushed
         self._thread = threading.Thread(target=self._run, name="drill-producer", daemon=True)
+
+    def _track(self, topic: str) -> None:
+        for p in range(self.partitions):
+            tp = TopicPartition(topic, p)
+            self.acked[tp], self.unplaced[tp], self._trailing[tp] = [], 0, 0
+
+    def add_topic(self, topic: str) -> None:
+        """Produce to ``topic`` too from now on (its ``partitions`` partitions exist)."""
+        with self._lock:
+            self._track(topic)
+            self.topics.append(topic)
 
     @property
     def produced(self) -> int:
@@ -61,32 +77,32 @@ class RateProducer:
         in offset order per partition)."""
         with self._lock:
             ends = {
-                TopicPartition(self.topic, p): (max(v) + 1 if v else 0) + self._trailing[p]
-                for p, v in self.acked.items()
+                tp: (max(v) + 1 if v else 0) + self._trailing[tp] for tp, v in self.acked.items()
             }
         return {tp: end for tp, end in ends.items() if end}
 
     def expected(self) -> dict[TopicPartition, list[int]]:
         with self._lock:
-            return {TopicPartition(self.topic, p): sorted(v) for p, v in self.acked.items() if v}
+            return {tp: sorted(v) for tp, v in self.acked.items() if v}
 
     def unplaced_counts(self) -> dict[TopicPartition, int]:
         """Per partition: records acknowledged without their offset (counted by
         :func:`~lab.drill.count.count_against` against the tables' records at
         offsets no acknowledgement named)."""
         with self._lock:
-            return {TopicPartition(self.topic, p): n for p, n in self.unplaced.items() if n}
+            return {tp: n for tp, n in self.unplaced.items() if n}
 
-    def delivered(self, partition: int, offset: int | None) -> None:
+    def delivered(self, partition: int, offset: int | None, topic: str | None = None) -> None:
         """A delivery report without an error: at ``offset``, or at an offset librdkafka
-        did not report (None; see ``unplaced``)."""
+        did not report (None; see ``unplaced``); ``topic``: the first one unless named."""
+        tp = TopicPartition(topic or self.topic, partition)
         with self._lock:
             if offset is None or offset < 0:
-                self.unplaced[partition] += 1
-                self._trailing[partition] += 1
+                self.unplaced[tp] += 1
+                self._trailing[tp] += 1
             else:
-                self.acked[partition].append(offset)
-                self._trailing[partition] = 0
+                self.acked[tp].append(offset)
+                self._trailing[tp] = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -128,7 +144,7 @@ class RateProducer:
                 return
             part = msg.partition()
             if part is not None:
-                self.delivered(part, msg.offset())
+                self.delivered(part, msg.offset(), msg.topic())
 
         spec = GeneratorSpec(count=10**9, malformed_fraction=0.01, seed=self.seed)
         next_slot = time.monotonic()
@@ -142,8 +158,12 @@ class RateProducer:
                 self._flushed.set()
                 self._running.wait()
                 next_slot = time.monotonic()
-            next_slot = send_paced(
-                producer, self.topic, key, value, i % self.partitions, report, next_slot, self.rate
-            )
+            with self._lock:
+                topics = list(self.topics)
+            # topic by topic, then partition by partition: every partition of every topic
+            # gets records at the same pace
+            topic = topics[i % len(topics)]
+            part = (i // len(topics)) % self.partitions
+            next_slot = send_paced(producer, topic, key, value, part, report, next_slot, self.rate)
         while producer.flush(1.0) > 0:
             pass

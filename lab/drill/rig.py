@@ -27,8 +27,9 @@ from typing import Any
 import yaml
 
 from lab.cluster import StandaloneCluster
-from lab.drill import compactions, verdict
+from lab.drill import compactions, services, verdict
 from lab.drill.brokers import DrillBroker, nodes_for
+from lab.drill.count import RouteEpoch
 from lab.drill.driver import DriverProcess
 from lab.drill.model import (
     REGISTRY_SCENARIOS,
@@ -38,7 +39,6 @@ from lab.drill.model import (
     FaultEvent,
     Recovery,
     Sample,
-    SkipDrill,
 )
 from lab.drill.pipeline_config import drill_config
 from lab.drill.producer import RateProducer
@@ -92,56 +92,20 @@ class Rig:
                 self._services.callback(self.cluster.stop)
             if spec.scenario in REGISTRY_SCENARIOS:
                 self.on_status("starting a Schema Registry (Apicurio)")
-                self.registry = self._start_registry(workdir / "registry")
+                self.registry = services.start_registry(self._services, workdir / "registry")
             if spec.storage == "s3" or spec.on_rest:
                 self.on_status("starting an S3 server (SeaweedFS)")
-                self.s3 = self._start_s3(workdir / "s3")
+                self.s3 = services.start_s3(self._services, workdir / "s3")
             if spec.on_rest:
                 self.on_status("starting Iceberg's REST catalog")
-                self.rest = self._start_rest(workdir / "rest-catalog", catalog_postgres)
+                self.rest = services.start_rest(
+                    self._services, workdir / "rest-catalog", self.s3, catalog_postgres
+                )
                 catalog = self.rest.sink_catalog("drill")
             self._setup(spec, workdir, bootstrap, catalog)
         except BaseException:
             self._services.close()
             raise
-
-    def _start_registry(self, where: Path) -> SchemaRegistryServer:
-        from lab.registry import start_registry
-        from pipeline.errors import EnvironmentProblem
-
-        try:
-            server = start_registry(where)
-        except EnvironmentProblem as e:
-            raise SkipDrill(f"no Schema Registry: {e.message}") from None
-        self._services.callback(server.close)
-        return server
-
-    def _start_rest(self, where: Path, postgres: str | None) -> RestCatalogServer:
-        from lab.rest_catalog import start_rest_catalog
-        from pipeline.errors import EnvironmentProblem
-
-        assert self.s3 is not None
-        if postgres is None:
-            raise SkipDrill("no PostgreSQL for the REST catalog")
-        try:
-            server = start_rest_catalog(
-                where, postgres_uri=postgres, store=self.s3, bucket=self.s3.new_bucket("rest")
-            )
-        except EnvironmentProblem as e:
-            raise SkipDrill(f"no REST catalog: {e.message}") from None
-        self._services.callback(server.close)
-        return server
-
-    def _start_s3(self, where: Path) -> S3Server:
-        from lab.objectstore import S3Unavailable, start_seaweedfs
-
-        server = start_seaweedfs(where)
-        try:
-            up = next(server)
-        except S3Unavailable as e:
-            raise SkipDrill(f"no S3-compatible server: {e}") from None
-        self._services.callback(server.close)
-        return up
 
     def _setup(
         self, spec: DrillSpec, workdir: Path, bootstrap: str | None, catalog: dict[str, Any] | None
@@ -151,13 +115,22 @@ class Rig:
             self.on_status(f"starting a {nodes}-node Kafka cluster")
         self.broker = DrillBroker(bootstrap, brokers=nodes)
         self._services.callback(self.broker.stop)  # first to go (LIFO), also on a failed setup
-        self.topic = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
-        self.broker.create_topic(self.topic, spec.partitions)
+        base = f"drill-{spec.scenario}-{spec.table_format}-{os.getpid()}-{int(time.time())}"
+        routed = spec.routed
+        partitions = spec.partitions if routed is None else routed.partitions
+        # a routed drill's topics, each to a table of its own (the late ones: added mid-drill)
+        self.topics = (
+            [base] if routed is None else [f"{base}-{i:02d}" for i in range(routed.topics)]
+        )
+        self.topic = self.topics[0]
+        for t in self.topics:
+            self.broker.create_topic(t, partitions)
+        read = self.topics if routed is None else self.topics[: routed.topics - routed.late]
         self.config_dict = drill_config(
             spec,
             workdir,
             self.broker.bootstrap_servers,
-            self.topic,
+            read,
             catalog,
             self.cluster.master_url if self.cluster is not None else None,
             self.s3,
@@ -169,8 +142,8 @@ class Rig:
         self.cfg: PipelineConfig = parse_config(self.config_dict)
         self.producer = RateProducer(
             self.broker.bootstrap_servers,
-            self.topic,
-            spec.partitions,
+            read,
+            partitions,
             spec.rate,
             seed=7,
             conf=self.producer_conf,
@@ -184,6 +157,8 @@ class Rig:
             # the rig observes and counts through columns of its own (the drivers' config
             # stays unresolved: they follow the subject's versions)
             self.cfg = resolve_registry_schema(self.cfg)
+        # the routes in force, oldest first, when a routed drill changed them between runs
+        self.route_epochs: list[RouteEpoch] = []
         self.drivers: list[DriverProcess] = []
         self.extra: dict[str, Any] = {}  # scenario resources (e.g. a private PostgreSQL)
         self.recoveries: list[Recovery] = []
@@ -224,6 +199,23 @@ class Rig:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def reconfigure(
+        self, config: dict[str, Any], routes_from: dict[TopicPartition, int] | None = None
+    ) -> None:
+        """The drivers started from now on run ``config``; ``routes_from``: its routes
+        place every partition's records from these offsets on (the earlier ones stay
+        where the routes before put them; see ``count.RouteEpoch``)."""
+        cfg = parse_config(config)
+        if routes_from is not None:
+            if not self.route_epochs:
+                self.route_epochs.append(RouteEpoch(self.cfg))
+            self.route_epochs.append(RouteEpoch(cfg, dict(routes_from)))
+        with self._sample_lock:
+            self.config_dict = config
+            self.config_path.write_text(yaml.safe_dump(config))
+            self.cfg = cfg
+            self._tables = None
 
     # -- events ---------------------------------------------------------------------------
     def event(self, kind: str, detail: str = "") -> None:
@@ -401,6 +393,8 @@ class Rig:
         """Exactly-once check: the independent verifier (``ingest verify``) and our own
         count of the producer's acknowledged offsets against the tables; the worse of the
         two numbers is reported. ``lost``: offsets the table recorded as data loss."""
-        verdict.count_produced(self.result, self.cfg, self.producer, lost or {})
-        verdict.check_independently(self.result, self.cfg)
+        verdict.count_produced(self.result, self.cfg, self.producer, lost or {}, self.route_epochs)
+        verdict.check_independently(
+            self.result, self.cfg, routes_changed=len(self.route_epochs) > 1
+        )
         self.count_outcomes()

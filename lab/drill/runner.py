@@ -6,7 +6,8 @@ unless ``--format`` says otherwise).
 kills each, ≥ 20 for acceptance; the warm-standby drill with ``standby_kills``, ending
 with a paused active; ``standby-pause`` alone is not in it; the executor-loss drill, on
 a standalone cluster started for it, with ``executor_kills``), except the catalog outage,
-which needs a catalog (Iceberg only); then the SIGKILL drill on the ``both`` format (one
+which needs a catalog (Iceberg only), and the routed-set drills (``routed-*``, Iceberg
+only); then the SIGKILL drill on the ``both`` format (one
 instant, two tables, one more fault point between their commits). ``cluster``: every
 drill's pipeline on its own standalone cluster (reported as ``<scenario>@cluster``). A
 drill that cannot run here is reported as skipped with its reason; a drill that throws is
@@ -35,6 +36,7 @@ from rich.text import Text
 from lab.drill.brokers import broker_info
 from lab.drill.model import (
     CLUSTER_ONLY,
+    ROUTED_SCENARIOS,
     DrillResult,
     DrillSpec,
     SkipDrill,
@@ -58,6 +60,11 @@ ORDER = (
     "catalog-outage",
     "schema-change",
     "avro-schema-change",
+    "routed-kill",
+    "routed-route-change",
+    "routed-new-topic",
+    "routed-checkpoint-deleted",
+    "routed-zombie",
 )
 CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
 # The full matrix runs these on S3 (SeaweedFS): Hudi's commit slots take the place of its
@@ -65,6 +72,8 @@ CATALOG_ONLY = {"catalog-outage"}  # Hudi tables have no catalog to lose
 # their kill-at-every-fault-point test (tests/integration/formats/hudi/test_hudi_pipeline.py, slow).
 FULL_ON_S3 = frozenset({("kill", "hudi"), ("zombie", "hudi")})
 FORMATS: tuple[TableFormat, ...] = ("iceberg", "hudi", "both")
+# the formats whose routed sets the routed drills run on (Hudi's is not in yet)
+ROUTED_FORMATS: tuple[TableFormat, ...] = ("iceberg",)
 
 
 @dataclass(frozen=True)
@@ -113,8 +122,11 @@ def select(
     matrix_on_s3 = matrix == "full" and not scenarios and not formats
     for name in names:
         fmts = [f for f in chosen if f != "hudi"] if name in CATALOG_ONLY else chosen
+        if name in ROUTED_SCENARIOS:
+            fmts = [f for f in chosen if f in ROUTED_FORMATS]
         if not fmts and scenarios:
-            raise ConfigError(f"drill {name!r} needs an Iceberg catalog: use --format iceberg")
+            need = "a routed Iceberg set" if name in ROUTED_SCENARIOS else "an Iceberg catalog"
+            raise ConfigError(f"drill {name!r} needs {need}: use --format iceberg")
         n = {"standby": standby_kills, "executor-loss": executor_kills}.get(name)
         n = kills if n is None else n
         on_cluster = cluster or name in CLUSTER_ONLY

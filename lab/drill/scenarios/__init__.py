@@ -14,6 +14,9 @@ lost_state.py      checkpoint-deleted, retention
 catalog_outage.py  catalog-outage (and the private PostgreSQL cluster it stops)
 schema_change.py   schema-change, avro-schema-change (the table's columns evolve under
                    SIGKILLs; for Avro, the registry's subject gets new versions mid-run)
+routed.py          routed-* (a routed set: several topics, a table each; a kill between
+                   two tables' commits, route changes, a new topic, the lost checkpoint
+                   over twenty tables, a zombie)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from lab.drill.scenarios import (
     driver_kills,
     executor_loss,
     lost_state,
+    routed,
     schema_change,
     standby,
 )
@@ -47,6 +51,11 @@ SCENARIOS: dict[str, Callable[[Rig], None]] = {
     "catalog-outage": catalog_outage.catalog_outage,
     "schema-change": schema_change.schema_change,
     "avro-schema-change": schema_change.avro_schema_change,
+    "routed-kill": routed.routed_kill,
+    "routed-route-change": routed.routed_route_change,
+    "routed-new-topic": routed.routed_new_topic,
+    "routed-checkpoint-deleted": routed.routed_checkpoint_deleted,
+    "routed-zombie": routed.routed_zombie,
 }
 
 __all__ = ["DUAL_KILL_POINTS", "KILL_POINTS", "SCENARIOS", "private_pg_cluster"]

@@ -84,7 +84,17 @@ def test_full_matrix_selection_runs_every_scenario_on_both_formats() -> None:
     chosen = select("full", ["zombie"], ["iceberg"], 5, 1.0, storage="s3")
     assert [(s.label, s.storage) for s in chosen] == [("zombie@s3", "s3")]
     assert per_format["hudi"] == {"kill", *others}
-    assert per_format["iceberg"] == {"kill", *others, "catalog-outage"}  # needs a catalog
+    routed = {"routed-kill", "routed-route-change", "routed-new-topic"}
+    routed |= {"routed-checkpoint-deleted", "routed-zombie"}
+    # the catalog outage needs a catalog, the routed drills a routed set (Iceberg's)
+    assert per_format["iceberg"] == {"kill", *others, "catalog-outage", *routed}
+    assert not [s for s in select("full", [], ["both"], 9, 1.0) if s.routed is not None]
+    with pytest.raises(ConfigError, match="needs a routed Iceberg set"):
+        select("full", ["routed-kill"], ["hudi"], 20, 1.0)
+    twenty = select("full", ["routed-checkpoint-deleted"], [], 9, 1.0)
+    assert [(s.label, s.routed and (s.routed.topics, s.routed.partitions)) for s in twenty] == [
+        ("routed-checkpoint-deleted", (20, 1))
+    ]
     assert [s.scenario for s in specs if s.table_format == "both"] == ["kill"]
     assert [s.kills for s in select("fast", [], [], 20, 300.0)] == [2, 2]
     assert [s.table_format for s in select("full", ["zombie"], ["hudi"], 20, 1.0)] == ["hudi"]
@@ -398,10 +408,10 @@ def test_fast_drills_kill_and_checkpoint_deleted(tmp_path: Path) -> None:
 # with 9 kills (every named fault point), and the other driver, executor and catalog
 # scenarios once, on the format given here, alternating so each format meets half of them
 # (the 60-minute CI budget; the other half, the both format's kill drill and the broker
-# drills are in the committed report). Broker faults in CI: the slow stage's real-broker
-# tests (tests/integration/commit/test_outages.py: leaders SIGKILLed mid-batch and
-# mid-commit, a paused
-# leader, every broker down past and within the deadline, an unclean election, retention
+# drills are in the committed report; the routed-set drills, routed-*, run in the
+# rotation). Broker faults in CI: the slow stage's real-broker tests
+# (tests/integration/commit/test_outages.py: leaders SIGKILLed mid-batch and mid-commit,
+# a paused leader, every broker down past and within the deadline, an unclean election, retention
 # overtaking a stopped driver); CI's slow stage also crashes the both format between its
 # two table commits.
 CI_KILLS = 9
@@ -503,3 +513,90 @@ def test_full_drill_matrix(tmp_path: Path) -> None:
     assert [e["kind"] for e in loss["events"]].count("start") == 1  # driver never restarted
     # time to recover is reported for every scenario that ran
     assert all(d["recover_s"] for d in ran), [d["scenario"] for d in ran if not d["recover_s"]]
+
+
+def test_a_routed_set_is_counted_once_over_its_tables_each_record_where_its_route_says(
+    tmp_path: Path,
+) -> None:
+    """A routed set holds each record once over its tables together, each in the table
+    its route names: a row elsewhere is misrouted; after a route change the records
+    read before it stay where the routes of their time put them (``RouteEpoch``)."""
+    import pyarrow as pa
+
+    from lab.drill.count import RouteEpoch, count_against
+    from pipeline.config import parse_config
+    from pipeline.formats.iceberg.catalog import load_catalog
+    from pipeline.formats.iceberg.pipeline_tables import IcebergTables
+
+    def config(routes: dict[str, str]) -> object:
+        return parse_config(
+            {
+                "id": "routed",
+                "source": {"bootstrapServers": "h:1", "topics": ["a", "b"]},
+                "decode": {"format": "raw"},
+                "sink": {
+                    "table": "db.events",
+                    "catalog": {"warehouse": str(tmp_path / "w")},
+                    "routes": {"by": "topic", "tables": routes},
+                },
+                "checkpointLocation": str(tmp_path / "c"),
+            }
+        )
+
+    before, after = config({"a": "db.events"}), config({"b": "db.b"})
+    schema = IcebergTables.from_config(after).main_schema  # type: ignore[arg-type]
+    catalog = load_catalog(
+        after.sink.catalog.name,  # type: ignore[attr-defined]
+        after.sink.catalog.pyiceberg_properties(),  # type: ignore[attr-defined]
+    )
+    catalog.create_namespace("db")
+
+    def holds(identifier: str, coords: list[tuple[str, int]]) -> None:
+        table = catalog.create_table(identifier, schema)
+        rows = [{"_kafka_topic": t, "_kafka_partition": 0, "_kafka_offset": o} for t, o in coords]
+        table.append(pa.Table.from_pylist(rows, schema=schema.as_arrow()))
+
+    holds("db.events", [("a", 0), ("a", 1), ("b", 0), ("b", 1)])
+    holds("db.b", [("b", 2), ("b", 3)])
+    expected = {TopicPartition("a", 0): [0, 1], TopicPartition("b", 0): [0, 1, 2, 3]}
+    # b's records 0 and 1 were read before b had a route of its own
+    epochs = [RouteEpoch(before), RouteEpoch(after, {TopicPartition("b", 0): 2})]  # type: ignore[arg-type]
+    c = count_against(after, expected, epochs=epochs)  # type: ignore[arg-type]
+    assert (c.expected, c.present, c.missing, c.duplicated, c.misrouted) == (6, 6, 0, 0, 0)
+    # by today's routes alone, b's first two records sit in the wrong table
+    c = count_against(after, expected)  # type: ignore[arg-type]
+    assert (c.present, c.missing, c.duplicated, c.misrouted) == (6, 0, 0, 2)
+    assert c.misrouted_rows == [("db.events", "b", 0, 0), ("db.events", "b", 0, 1)]
+    # a copy in a second table is a duplicate and misrouted
+    catalog.load_table("db.b").append(
+        pa.Table.from_pylist(
+            [{"_kafka_topic": "a", "_kafka_partition": 0, "_kafka_offset": 1}],
+            schema=schema.as_arrow(),
+        )
+    )
+    c = count_against(after, expected, epochs=epochs)  # type: ignore[arg-type]
+    assert (c.missing, c.duplicated, c.misrouted) == (0, 1, 1)
+
+
+def test_a_routed_drill_reads_its_topics_into_a_table_each(tmp_path: Path) -> None:
+    """A routed drill's config routes each topic but the first (``sink.table``'s) to a
+    table of its own; its producer writes every topic, a topic added mid-run included."""
+    from lab.drill.pipeline_config import drill_config
+    from lab.drill.producer import RateProducer
+    from pipeline.config import parse_config
+    from pipeline.formats.routes import table_routes
+
+    topics = ["a", "b", "c"]
+    cfg = parse_config(drill_config(DrillSpec("routed-kill"), tmp_path, "h:1", topics, None))
+    routes = table_routes(cfg)
+    assert routes is not None and cfg.source.topics == topics
+    assert [t.identifier for t in routes.tables] == ["drill.events", "drill.t01", "drill.t02"]
+    assert [routes.router.table_of(t) for t in topics] == [0, 1, 2]
+    assert cfg.sink.routes is not None and "a" not in cfg.sink.routes.tables
+    producer = RateProducer("localhost:9092", topics[:2], 2, 1.0, seed=1)
+    producer.delivered(1, 0, "b")
+    producer.add_topic("c")
+    producer.delivered(0, 0, "c")
+    producer.delivered(0, 1, "c")
+    assert producer.expected() == {TopicPartition("b", 1): [0], TopicPartition("c", 0): [0, 1]}
+    assert producer.ends() == {TopicPartition("b", 1): 1, TopicPartition("c", 0): 2}

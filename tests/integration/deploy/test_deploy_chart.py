@@ -667,6 +667,10 @@ def test_values_schema_covers_the_config_model() -> None:
             keys |= schema_keys(sub, key)
             if sub.get("type") == "array" and isinstance(sub.get("items"), dict):
                 keys |= schema_keys(sub["items"], key)
+            # a map of objects (sink.routes.tables), an entry given in one of two forms
+            values = sub.get("additionalProperties")
+            for form in values.get("oneOf", [values]) if isinstance(values, dict) else []:
+                keys |= schema_keys(form, key)
         return keys
 
     def model_keys_with_lists(model: type[BaseModel], prefix: tuple[str, ...]) -> set[Any]:

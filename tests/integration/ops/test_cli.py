@@ -222,4 +222,5 @@ def test_bench_without_flags_runs_the_quick_preset(monkeypatch: pytest.MonkeyPat
     for argv in ([], ["--quick"], ["--full"]):
         main(["bench", "--out", "unused", *argv])
     assert presets == ["quick", "quick", "full"]
-    assert extras == [["peers"]] * 3  # the peers section is handed in (run when selected)
+    # the peers and tables sections are handed in (each run when selected)
+    assert extras == [["peers", "tables"]] * 3

@@ -64,6 +64,9 @@ EXTENDED: dict[str, int] = {
     "tests/integration/lab/test_peers_spark_sinks.py::test_iceberg_peer_stops_on_sigterm_and_resumes": 2,  # ~25 s
     "tests/integration/lab/test_peers_kafka_connect.py::test_iceberg_kafka_connect_exactly_once": 6,  # ~20 s
     "tests/integration/lab/test_peers_kafka_connect.py::test_iceberg_kafka_connect_many_tables": 1,  # ~21 s
+    "tests/integration/lab/test_bench.py::test_the_tables_section_routes_topics_to_tables_exactly_once": 5,  # 60 s
+    "tests/integration/formats/hudi_spark/test_hudi_spark_pipeline.py::test_routed_topics_through_hudis_spark_writer_are_exactly_once_across_a_kill": 0,  # 37 s
+    "tests/integration/formats/test_routes.py::test_the_many_tables_example_runs_as_documented": 6,  # ~20 s
     "tests/integration/decode/test_registry_avro.py::test_the_avro_demo_passes_its_own_check": 5,  # 22 s
     "tests/integration/decode/test_registry_protobuf.py::test_protobuf_records_of_two_versions_land_once_with_their_values[hudi]": 0,  # 2 s
     "tests/integration/decode/test_schema_evolution.py::test_three_restarts_evolve_the_table_and_keep_every_record_once[both]": 3,  # 6 s

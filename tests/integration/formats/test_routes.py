@@ -196,6 +196,7 @@ def test_native_hudi_tables_take_their_topics_exactly_once_across_a_crash(
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # CI's budget: in the rotation
 def test_the_many_tables_example_runs_as_documented(
     spark: Any, kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

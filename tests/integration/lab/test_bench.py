@@ -426,6 +426,7 @@ def test_the_tables_goals_compare_the_runs_and_judge_nothing_unmeasured() -> Non
 # own test (tests/integration/lab/test_peers_kafka_connect.py).
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.extended  # CI's budget: in the rotation
 def test_the_tables_section_routes_topics_to_tables_exactly_once(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

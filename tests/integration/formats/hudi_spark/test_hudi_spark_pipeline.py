@@ -188,6 +188,7 @@ def test_writer_spark_is_refused_on_other_spark_lines(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.hudi_spark
+@pytest.mark.extended  # CI's budget: in the rotation
 def test_routed_topics_through_hudis_spark_writer_are_exactly_once_across_a_kill(
     kafka_broker: KafkaTestBroker, tmp_path: Path
 ) -> None:

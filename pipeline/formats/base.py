@@ -131,6 +131,9 @@ class PipelineTables(Protocol):
     @property
     def data_ddl(self) -> str: ...  # Spark DDL of the decoded (non-Kafka) columns
 
+    @property
+    def router(self) -> Router | None: ...  # a routed set's workers' router (None: one table)
+
     def timeline(self, pipeline_id: str) -> InstantTimeline: ...  # the instant journal
 
     def journal_pipelines(self) -> list[str]:

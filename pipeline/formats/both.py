@@ -83,6 +83,7 @@ class DualTables:
     iceberg: IcebergTables
     hudi: HudiTables
     data_ddl: str
+    router: None = None  # both takes no routes
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig) -> DualTables:

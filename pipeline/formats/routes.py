@@ -25,6 +25,7 @@ __all__ = [
     "RoutedTable",
     "TableRoutes",
     "check_route_field",
+    "main_tables",
     "new_topic_check",
     "table_routes",
 ]
@@ -50,11 +51,21 @@ class TableRoutes:
     tables: tuple[RoutedTable, ...]  # the set's main tables; the first is sink.table
     router: Router
 
-    def values_of(self, identifier: str) -> list[str]:
-        """The topics or field values (patterns) routed to ``identifier`` (verify, docs)."""
-        index = [t.identifier for t in self.tables].index(identifier)
-        named = [v for v, i in self.router.exact.items() if i == index]
-        return named + [p for p, i in self.router.patterns if i == index]
+
+def main_tables(cfg: PipelineConfig, routes: TableRoutes | None) -> tuple[RoutedTable, ...]:
+    """The set's main tables in order: the routed ones, or ``sink.table`` alone."""
+    if routes is not None:
+        return routes.tables
+    sink = cfg.sink
+    return (
+        RoutedTable(
+            MAIN,
+            sink.table,
+            tuple(sink.partition_by),
+            dict(sink.table_properties),
+            sink.target_file_size_bytes,
+        ),
+    )
 
 
 def _source_topics(cfg: PipelineConfig) -> list[str] | None:
@@ -182,16 +193,18 @@ def table_routes(cfg: PipelineConfig) -> TableRoutes | None:
     return TableRoutes(tables, router)
 
 
-def new_topic_check(cfg: PipelineConfig) -> Callable[[PartitionOffsets], None] | None:
+def new_topic_check(
+    cfg: PipelineConfig, router: Router | None
+) -> Callable[[PartitionOffsets], None] | None:
     """With ``source.topicPattern`` and ``sink.routes.template``: the check, before each
-    batch, that every topic of the batch has its table in the set resolved at start;
-    TableSetGrew (the run starts again with it, Spark replays the batch) otherwise."""
+    batch, that every topic of the batch has its table in the set the pipeline opened
+    (``router``, the one its workers route with); TableSetGrew (the run starts again with
+    it, Spark replays the batch) otherwise."""
     routes = cfg.sink.routes
     if routes is None or routes.template is None or _source_topics(cfg) is not None:
         return None
-    resolved = table_routes(cfg)
-    assert resolved is not None
-    known = set(resolved.router.exact)
+    assert router is not None  # a routed set's tables route
+    known = set(router.exact)
     template = routes.template
 
     def check(end: PartitionOffsets) -> None:

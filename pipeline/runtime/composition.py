@@ -138,7 +138,7 @@ def compose(given: PipelineConfig, spark: SparkSession | None = None) -> Pipelin
         fence=fence,
         stop=stopping,
         spark=session.get,
-        before_batch=_before_batch(watch, new_topic_check(cfg)),
+        before_batch=_before_batch(watch, new_topic_check(cfg, tables.router)),
     )
     lease = LeaseHolder(
         cfg,

@@ -19,7 +19,6 @@ coordinator feeding several main tables can hold a ``HudiCommitter`` next to an
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pipeline.columns import (
@@ -43,7 +42,13 @@ from pipeline.formats.hudi.layout import TablePaths, parse_write_id
 from pipeline.formats.hudi.schema import KAFKA_KEY_FIELDS, HudiTableSpec
 from pipeline.formats.hudi.storage import is_object_store, table_base
 from pipeline.formats.hudi.writer import write_base_files
-from pipeline.formats.routes import RoutedTable, TableRoutes, check_route_field, table_routes
+from pipeline.formats.routes import (
+    RoutedTable,
+    TableRoutes,
+    check_route_field,
+    main_tables,
+    table_routes,
+)
 from pipeline.spark.routes import Router
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.s3_settings import S3Settings
@@ -56,16 +61,6 @@ def _split_identifier(identifier: str) -> tuple[str, str]:
     return database.split(".")[-1] or "default", name
 
 
-def _named(cfg: PipelineConfig, routes: TableRoutes | None) -> Iterator[tuple[str, RoutedTable]]:
-    """``(set name, table)`` of the main tables (one, unrouted: ``sink.table``)."""
-    if routes is None:
-        sink = cfg.sink
-        yield MAIN, RoutedTable(MAIN, sink.table, (), {}, sink.target_file_size_bytes)
-        return
-    for t in routes.tables:
-        yield t.name, t
-
-
 def routed_bases(cfg: PipelineConfig, routes: TableRoutes | None) -> list[tuple[RoutedTable, str]]:
     """Each main table and its base path: ``sink.hudi.basePath`` for ``sink.table``, a
     route's own ``basePath``, else ``<the directory of sink.hudi.basePath>/<table name>``.
@@ -75,8 +70,8 @@ def routed_bases(cfg: PipelineConfig, routes: TableRoutes | None) -> list[tuple[
     main = table_base(hudi.base_path)
     parent = main.rstrip("/").rsplit("/", 1)[0]
     out: list[tuple[RoutedTable, str]] = []
-    for name, table in _named(cfg, routes):
-        if name == MAIN:
+    for table in main_tables(cfg, routes):
+        if table.name == MAIN:
             base = main
         elif table.base_path is not None:
             base = table_base(table.base_path, f"sink.routes basePath of {table.identifier}")
@@ -179,7 +174,7 @@ class HudiTables:
             target_file_size_bytes=sink.target_file_size_bytes,
             more=mains[1:],
             router=routes.router if routes is not None else None,
-            file_sizes={n: t.target_file_size_bytes for n, t in _named(cfg, routes)},
+            file_sizes={t.name: t.target_file_size_bytes for t in main_tables(cfg, routes)},
             commit_threads=cfg.commit.table_commit_threads,
         )
 

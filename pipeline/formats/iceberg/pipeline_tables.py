@@ -34,23 +34,11 @@ from pipeline.formats.iceberg.compaction import IcebergMaintenance
 from pipeline.formats.iceberg.data_file_codec import deserialize_data_file
 from pipeline.formats.iceberg.schema import build_partition_spec, iceberg_schema
 from pipeline.formats.iceberg.writer import write_data_files
-from pipeline.formats.routes import RoutedTable, check_route_field, table_routes
+from pipeline.formats.routes import RoutedTable, check_route_field, main_tables, table_routes
 from pipeline.spark.routes import Router
 from pipeline.spark.writer import TaskPlan
 from pipeline.storage.fs import filesystem_for
 from pipeline.storage.journal_stores import journal_store_for
-
-
-def _unrouted(cfg: PipelineConfig) -> RoutedTable:
-    """``sink.table`` as the one main table of a pipeline without routes."""
-    sink = cfg.sink
-    return RoutedTable(
-        MAIN,
-        sink.table,
-        tuple(sink.partition_by),
-        dict(sink.table_properties),
-        sink.target_file_size_bytes,
-    )
 
 
 class IcebergCommitter:
@@ -173,7 +161,6 @@ class IcebergTables:
         routes = table_routes(cfg)
         if routes is not None:
             check_route_field(routes, [c.name for c in columns])
-        wanted = routes.tables if routes is not None else (_unrouted(cfg),)
 
         def main_table(t: RoutedTable) -> IcebergCommitter:
             spec = (
@@ -197,7 +184,7 @@ class IcebergTables:
             )
             return IcebergCommitter(table)
 
-        mains = [(t.name, main_table(t)) for t in wanted]
+        mains = [(t.name, main_table(t)) for t in main_tables(cfg, routes)]
         dead = IcebergTable(
             catalog,
             sink.dead_letter_identifier,
